@@ -1,0 +1,1 @@
+"""Dagster definitions built on the gradetrail engine."""

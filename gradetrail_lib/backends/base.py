@@ -1,0 +1,27 @@
+"""The backend interface shared by the asyncio and Ray backends."""
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.request import ModelRequest
+
+# Called in the driver process, once per request, as soon as its outcome is known.
+ResultCallback = Callable[[ModelRequest, ModelResponse | ProviderError], None]
+
+
+class Backend(Protocol):
+    name: str
+    concurrency: int
+
+    def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
+        """Send every request; raise RunAborted when the abort rule fires."""
+        ...
+
+    def limited(self, max_concurrency: int) -> "Backend":
+        """The same backend with at most `max_concurrency` requests in flight."""
+        ...
+
+    def describe(self) -> dict[str, object]:
+        """What the manifest records about how the requests were sent."""
+        ...

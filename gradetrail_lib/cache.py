@@ -1,0 +1,192 @@
+"""The response cache: one DuckDB file, keyed by request key, successful responses only.
+
+DuckDB lets one process at a time open a file for writing, and a second process cannot
+even read it meanwhile. So no connection outlives one short transaction: lookups and
+writes open, work and close, retrying while another process holds the lock. Responses
+are written by a background thread as soon as they arrive; when several arrive while a
+write is under way they go in the next transaction together (group commit), so a killed
+run loses only what was in flight and a fast run does not pay one connection per row.
+"""
+
+import json
+import queue
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from gradetrail_lib.errors import GradetrailError
+from gradetrail_lib.providers.base import ModelResponse
+from gradetrail_lib.request import ModelRequest
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key VARCHAR PRIMARY KEY,
+    provider VARCHAR NOT NULL,
+    model VARCHAR NOT NULL,
+    served_model VARCHAR,
+    text VARCHAR NOT NULL,
+    stop_reason VARCHAR NOT NULL,
+    input_tokens BIGINT,
+    output_tokens BIGINT,
+    latency_s DOUBLE NOT NULL,
+    attempts INTEGER NOT NULL,
+    raw VARCHAR NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp
+)
+"""
+
+_COLUMNS = "key, provider, model, served_model, text, stop_reason, input_tokens, output_tokens, latency_s, attempts, raw"  # noqa: E501
+
+
+class CacheLocked(GradetrailError):
+    pass
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    return "lock" in str(exc).lower()
+
+
+@contextmanager
+def open_connection(
+    path: Path, *, wait_s: float = 120.0, rng: random.Random | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived read-write connection, waiting while another process holds the file."""
+    rng = rng or random.Random()
+    deadline = time.monotonic() + wait_s
+    pause = 0.005
+    while True:
+        try:
+            connection = duckdb.connect(str(path))
+            break
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc) or time.monotonic() > deadline:
+                raise CacheLocked(f"{path}: cannot open the cache: {exc}") from exc
+            time.sleep(pause + rng.uniform(0, pause))
+            pause = min(pause * 2, 0.2)
+    try:
+        yield connection
+    finally:
+        connection.close()
+
+
+class ResponseCache:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open_connection(path) as connection:
+            connection.execute(SCHEMA)
+
+    def lookup(self, keys: Sequence[str]) -> dict[str, ModelResponse]:
+        if not keys:
+            return {}
+        with open_connection(self.path) as connection:
+            rows = connection.execute(
+                "SELECT key, served_model, text, stop_reason, input_tokens, output_tokens,"
+                " latency_s, attempts, raw FROM responses"
+                " WHERE key IN (SELECT unnest($keys::VARCHAR[]))",
+                {"keys": list(set(keys))},
+            ).fetchall()
+        return {
+            row[0]: ModelResponse(
+                served_model=row[1],
+                text=row[2],
+                stop_reason=row[3],
+                input_tokens=row[4],
+                output_tokens=row[5],
+                latency_s=row[6],
+                attempts=row[7],
+                raw=json.loads(row[8]),
+            )
+            for row in rows
+        }
+
+    def put_many(self, items: Sequence[tuple[ModelRequest, ModelResponse]]) -> None:
+        if not items:
+            return
+        rows: list[list[Any]] = [
+            [
+                request.key,
+                request.endpoint.provider,
+                request.endpoint.model,
+                response.served_model,
+                response.text,
+                response.stop_reason,
+                response.input_tokens,
+                response.output_tokens,
+                response.latency_s,
+                response.attempts,
+                json.dumps(response.raw, ensure_ascii=False),
+            ]
+            for request, response in items
+        ]
+        with open_connection(self.path) as connection:
+            connection.executemany(
+                f"INSERT OR IGNORE INTO responses ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+
+    def count(self) -> int:
+        with open_connection(self.path) as connection:
+            row = connection.execute("SELECT count(*) FROM responses").fetchone()
+        return int(row[0]) if row else 0
+
+    @contextmanager
+    def writer(self) -> Iterator["CacheWriter"]:
+        writer = CacheWriter(self)
+        try:
+            yield writer
+        finally:
+            writer.close()
+
+
+_STOP = object()
+
+
+class CacheWriter:
+    """Writes responses from a background thread, batching what queues up meanwhile."""
+
+    def __init__(self, cache: ResponseCache) -> None:
+        self._cache = cache
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self.written = 0
+        self._thread = threading.Thread(target=self._loop, name="cache-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, request: ModelRequest, response: ModelResponse) -> None:
+        if self._error is not None:
+            raise GradetrailError(f"cache writer failed: {self._error}")
+        self._queue.put((request, response))
+
+    def _loop(self) -> None:
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            batch = []
+            while True:
+                if item is _STOP:
+                    stopping = True
+                    break
+                batch.append(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch and self._error is None:
+                try:
+                    self._cache.put_many(batch)
+                    self.written += len(batch)
+                except BaseException as exc:  # reported by close(); the thread must not die
+                    self._error = exc
+
+    def close(self) -> None:
+        self._queue.put(_STOP)
+        self._thread.join()
+        if self._error is not None:
+            raise GradetrailError(f"cache writer failed: {self._error}") from self._error

@@ -1,0 +1,254 @@
+"""The pipeline, step by step: plan → responses → scores. The CLI and Dagster share it.
+
+Each step is a function of the previous one's output, so Dagster assets can call them
+one per asset while `gradetrail run` calls them in a row.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.dataset import Dataset, Sample, load_dataset
+from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.pricing import PriceList, load_prices
+from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.render import PromptRenderer
+from gradetrail_lib.request import ModelRequest, endpoint_for, key_base_url, request_key
+from gradetrail_lib.request import request_params as params_of
+from gradetrail_lib.scorers import Scorer, build_scorer
+from gradetrail_lib.spec import LoadedSpec, ModelConfig
+
+Outcome = Literal["scored", "provider_error", "scorer_error"]
+FailureMode = Literal["wrong_answer", "truncated", "provider_error", "scorer_error"]
+
+# Reported after each finished request: (done, total).
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class PlannedSample:
+    sample: Sample
+    request: ModelRequest
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """Everything decided before any call: rendered requests, keys and a checked scorer."""
+
+    loaded: LoadedSpec
+    dataset: Dataset
+    model: ModelConfig
+    items: list[PlannedSample]
+    scorer: Scorer
+
+    @property
+    def dataset_label(self) -> str:
+        return self.loaded.spec.dataset.path
+
+
+def load_spec_dataset(loaded: LoadedSpec) -> Dataset:
+    return load_dataset(loaded.resolve(loaded.spec.dataset.path), loaded.spec.dataset.path)
+
+
+def plan(loaded: LoadedSpec, model: ModelConfig, dataset: Dataset | None = None) -> EvalPlan:
+    """Render every request and check every sample can be scored; raises InputError(s)."""
+    dataset = dataset or load_spec_dataset(loaded)
+    label = loaded.spec.dataset.path
+    renderer = PromptRenderer(loaded.spec)
+    scorer = build_scorer(loaded.spec.scorer, loaded.base_dir)
+    params = params_of(loaded.spec.params)
+    endpoint = endpoint_for(model, live_base_url="local://" if model.provider == "local" else None)
+    base_url = key_base_url(model)
+    items: list[PlannedSample] = []
+    errors: list[InputError] = []
+    for sample in dataset.samples:
+        try:
+            messages = renderer.messages(sample, label)
+            scorer.check(sample, label)
+        except InputError as exc:
+            errors.append(exc)
+            continue
+        key = request_key(model.provider, model.name, base_url, messages, params)
+        items.append(PlannedSample(sample, ModelRequest(key, endpoint, messages, params)))
+    if errors:
+        raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
+    return EvalPlan(loaded, dataset, model, items, scorer)
+
+
+@dataclass
+class Responses:
+    """What the responses step produced, by request key."""
+
+    responses: dict[str, ModelResponse] = field(default_factory=dict)
+    errors: dict[str, ProviderError] = field(default_factory=dict)
+    cache_hits: set[str] = field(default_factory=set)
+    calls: int = 0
+    wall_s: float = 0.0
+
+
+@contextmanager
+def _live_requests(plan: EvalPlan, requests: list[ModelRequest]) -> Iterator[list[ModelRequest]]:
+    """Requests bound to a reachable endpoint: a local model's server runs meanwhile."""
+    if plan.model.provider != "local" or not requests:
+        yield requests
+        return
+    from gradetrail_lib.providers.local_server import local_server
+
+    with local_server(plan.model.name) as base_url:
+        endpoint = endpoint_for(plan.model, live_base_url=base_url)
+        yield [dataclasses.replace(r, endpoint=endpoint) for r in requests]
+
+
+def fetch_responses(
+    plan: EvalPlan,
+    cache: ResponseCache | None,
+    backend: Backend,
+    *,
+    read_cache: bool = True,
+    progress: Progress | None = None,
+) -> Responses:
+    """Look every key up; call the provider for the misses only, caching each on arrival."""
+    started = time.perf_counter()
+    result = Responses()
+    unique: dict[str, ModelRequest] = {}
+    for item in plan.items:
+        unique.setdefault(item.request.key, item.request)
+    if cache is not None and read_cache:
+        result.responses = cache.lookup(list(unique))
+        result.cache_hits = set(result.responses)
+    missing = [r for k, r in unique.items() if k not in result.responses]
+    total = len(unique)
+    if progress:
+        progress(len(result.responses), total)
+    if plan.model.provider == "local":
+        # llama.cpp's server answers one request at a time; more would only queue there
+        # and make the measured latencies lie.
+        backend = backend.limited(1)
+    writer_scope = cache.writer() if cache is not None else nullcontext(None)
+    with writer_scope as writer, _live_requests(plan, missing) as live:
+
+        def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
+            result.calls += 1
+            if isinstance(outcome, ProviderError):
+                result.errors[request.key] = outcome
+            else:
+                result.responses[request.key] = outcome
+                if writer is not None:
+                    writer.put(request, outcome)
+            if progress:
+                progress(len(result.responses) + len(result.errors), total)
+
+        backend.run(live, on_result)
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    id: str
+    request_key: str
+    messages: list[dict[str, str]]
+    response: str | None
+    served_model: str | None
+    stop_reason: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    latency_s: float | None
+    cost_usd: float | None
+    cache_hit: bool
+    score: float | None
+    reason: str
+    outcome: Outcome
+    failure_mode: FailureMode | None
+
+    def to_json(self) -> dict[str, Any]:
+        row = dataclasses.asdict(self)
+        row["usage"] = {
+            "input_tokens": row.pop("input_tokens"),
+            "output_tokens": row.pop("output_tokens"),
+        }
+        return row
+
+
+def score_all(
+    plan: EvalPlan, responses: Responses, prices: PriceList | None = None
+) -> list[ResultRow]:
+    """Apply the scorer to every response; a scorer that raises marks only that sample."""
+    prices = prices or load_prices()
+    rows = []
+    for item in plan.items:
+        key = item.request.key
+        sample_id, messages = item.sample.id, item.request.messages
+        response = responses.responses.get(key)
+        if response is None:
+            error = responses.errors.get(key)
+            reason = error.message if error else "no response (run interrupted)"
+            rows.append(
+                ResultRow(
+                    id=sample_id,
+                    request_key=key,
+                    messages=messages,
+                    response=None,
+                    served_model=None,
+                    stop_reason=None,
+                    input_tokens=None,
+                    output_tokens=None,
+                    latency_s=None,
+                    cost_usd=None,
+                    cache_hit=False,
+                    score=None,
+                    reason=reason,
+                    outcome="provider_error",
+                    failure_mode="provider_error",
+                )
+            )
+            continue
+        outcome: Outcome = "scored"
+        failure: FailureMode | None = None
+        value: float | None
+        try:
+            scored = plan.scorer.score(response.text, item.sample)
+            value, reason = scored.value, scored.reason
+            if value < 1.0:
+                failure = "truncated" if response.stop_reason == "max_tokens" else "wrong_answer"
+        except Exception as exc:  # one bad sample must not stop the run
+            value, reason = None, f"scorer raised {type(exc).__name__}: {exc}"
+            outcome, failure = "scorer_error", "scorer_error"
+        rows.append(
+            ResultRow(
+                id=sample_id,
+                request_key=key,
+                messages=messages,
+                response=response.text,
+                served_model=response.served_model,
+                stop_reason=response.stop_reason,
+                input_tokens=response.input_tokens,
+                output_tokens=response.output_tokens,
+                latency_s=response.latency_s,
+                cost_usd=prices.cost(
+                    plan.model.provider,
+                    plan.model.name,
+                    response.input_tokens,
+                    response.output_tokens,
+                ),
+                cache_hit=key in responses.cache_hits,
+                score=value,
+                reason=reason,
+                outcome=outcome,
+                failure_mode=failure,
+            )
+        )
+    return rows
+
+
+def default_cache_path(cwd: Path | None = None) -> Path:
+    import os
+
+    env = os.environ.get("GRADETRAIL_CACHE")
+    return Path(env) if env else (cwd or Path.cwd()) / ".gradetrail" / "cache.duckdb"

@@ -1,0 +1,1 @@
+"""Provider adapters (pure request building and response parsing) and the shared caller."""

@@ -1,0 +1,189 @@
+"""The one call policy every provider shares: retries, backoff, rate limits, aborts.
+
+Transient failures (429, 408, 409, 425, 5xx, timeouts, connection errors) are retried
+with exponential backoff and full jitter; a `retry-after` header (seconds or HTTP date)
+or a provider's rate-limit reset header sets the wait instead. Statuses in
+`FATAL_STATUSES` fail at once. Error texts never hold the API key.
+"""
+
+import asyncio
+import json
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+from gradetrail_lib.errors import RunAborted
+from gradetrail_lib.providers.anthropic_messages import AnthropicMessagesAdapter
+from gradetrail_lib.providers.base import (
+    FATAL_STATUSES,
+    Adapter,
+    ModelResponse,
+    ProviderError,
+)
+from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
+from gradetrail_lib.request import ModelRequest
+
+ADAPTERS: dict[str, Adapter] = {
+    "openai": OpenAIChatAdapter(),
+    "openai_compatible": OpenAIChatAdapter(),
+    "local": OpenAIChatAdapter(),
+    "anthropic": AnthropicMessagesAdapter(),
+}
+
+# Providers that cannot be called without a key.
+KEY_REQUIRED = frozenset({"openai", "anthropic"})
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 6
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    # A server asking for a longer pause than this is obeyed only up to it.
+    max_server_wait_s: float = 300.0
+    timeout_s: float = 300.0
+    # Consecutive identical final errors (no success between) that abort the run.
+    abort_after_identical: int = 3
+
+    def delay_s(self, attempt: int, server_wait_s: float | None, rng: random.Random) -> float:
+        if server_wait_s is not None:
+            # A little jitter on top so that clients told the same time do not stampede.
+            return min(server_wait_s, self.max_server_wait_s) + rng.uniform(0, 0.1)
+        return rng.uniform(0, min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
+
+
+def parse_retry_after(value: str, now: datetime | None = None) -> float | None:
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, "[redacted]") if secret else text
+
+
+class AbortTracker:
+    """Aborts the run after N consecutive identical final errors with no success between."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._last: tuple[int | None, str] | None = None
+        self._count = 0
+
+    def success(self) -> None:
+        self._last, self._count = None, 0
+
+    def failure(self, error: ProviderError) -> None:
+        if error.signature == self._last:
+            self._count += 1
+        else:
+            self._last, self._count = error.signature, 1
+        if self._count >= self.limit:
+            raise RunAborted(
+                f"aborted after {self._count} identical errors in a row: {error.message}"
+            )
+
+
+def api_key_for(request: ModelRequest) -> str | None:
+    env = request.endpoint.api_key_env
+    key = os.environ.get(env) if env else None
+    if not key and request.endpoint.provider in KEY_REQUIRED:
+        raise ProviderError("fatal", f"environment variable {env} is not set (it holds the key)")
+    return key or None
+
+
+def _error_detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        detail = body.get("error", body) if isinstance(body, dict) else body
+        if isinstance(detail, dict):
+            detail = detail.get("message", detail)
+        text = str(detail)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        text = response.text
+    return " ".join(text.split())[:300]
+
+
+def classify(response: httpx.Response, adapter: Adapter, api_key: str | None) -> ProviderError:
+    status = response.status_code
+    detail = redact(_error_detail(response), api_key)
+    message = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
+    if status in FATAL_STATUSES or (400 <= status < 500 and status not in (408, 409, 425, 429)):
+        return ProviderError("fatal", message, status)
+    wait = None
+    if "retry-after" in response.headers:
+        wait = parse_retry_after(response.headers["retry-after"])
+    if wait is None and status == 429:
+        wait = adapter.reset_after_s(response.headers)
+    return ProviderError("transient", message, status, retry_after_s=wait)
+
+
+async def call_model(
+    client: httpx.AsyncClient,
+    request: ModelRequest,
+    policy: RetryPolicy,
+    *,
+    sleep: Sleep = asyncio.sleep,
+    rng: random.Random | None = None,
+) -> ModelResponse:
+    """One request, with the retry policy applied. Raises ProviderError when it gives up."""
+    rng = rng or random.Random()
+    adapter = ADAPTERS[request.endpoint.provider]
+    api_key = api_key_for(request)
+    for attempt in range(1, policy.max_attempts + 1):
+        started = time.perf_counter()
+        try:
+            http_request = adapter.build(request, api_key)
+            http_request.extensions["timeout"] = httpx.Timeout(policy.timeout_s).as_dict()
+            response = await client.send(http_request)
+            await response.aread()
+        except httpx.TimeoutException:
+            error = ProviderError("transient", f"timeout after {policy.timeout_s:g}s")
+        except httpx.TransportError as exc:
+            error = ProviderError(
+                "transient", f"connection error: {type(exc).__name__}: {redact(str(exc), api_key)}"
+            )
+        else:
+            latency = time.perf_counter() - started
+            if response.is_success:
+                try:
+                    body = response.json()
+                    parsed = adapter.parse(body)
+                except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+                    raise ProviderError(
+                        "fatal", f"unexpected response body: {type(exc).__name__}", 200
+                    ) from exc
+                return ModelResponse(
+                    text=parsed.text,
+                    served_model=parsed.served_model,
+                    stop_reason=parsed.stop_reason,
+                    input_tokens=parsed.input_tokens,
+                    output_tokens=parsed.output_tokens,
+                    latency_s=latency,
+                    attempts=attempt,
+                    raw=body,
+                )
+            error = classify(response, adapter, api_key)
+        if error.kind == "fatal" or attempt == policy.max_attempts:
+            if attempt > 1:
+                error.message = f"{error.message} (after {attempt} attempts)"
+            raise error
+        await sleep(policy.delay_s(attempt, error.retry_after_s, rng))
+    raise AssertionError("unreachable")

@@ -1,0 +1,93 @@
+"""Model requests and their cache key.
+
+The request key is the sha256 (hex) of the canonical JSON (see `hashing`) of::
+
+    {"v": 1,
+     "provider": "<anthropic|openai|openai_compatible|local>",
+     "model": "<model name as requested>",
+     "base_url": "<base URL without trailing slash>" | null,
+     "messages": [{"role": "system|user|assistant", "content": "<rendered text>"}, ...],
+     "params": {"max_tokens": 64, "temperature": 0.0, ...}}
+
+`params` holds only the sampling parameters that are set (None left out) with the
+provider-specific `extra` fields merged in. For provider `local` the base URL would be a
+random loopback port, so `base_url` is replaced by the identity of the weights (package
+version and file name). The scorer is never part of the key: re-scoring is free.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from gradetrail_lib.hashing import hash_json
+from gradetrail_lib.spec import ModelConfig, Params
+
+KEY_VERSION = 1
+
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com/v1",
+}
+
+DEFAULT_KEY_ENVS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a request goes. Holds the name of the key's environment variable, never a key."""
+
+    provider: str
+    model: str
+    base_url: str
+    api_key_env: str | None
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    key: str
+    endpoint: Endpoint
+    messages: list[Message]
+    params: dict[str, Any]
+
+
+def request_params(params: Params) -> dict[str, Any]:
+    fields = params.model_dump(mode="json", exclude_none=True, exclude={"extra"})
+    return {**fields, **params.extra}
+
+
+def key_base_url(model: ModelConfig) -> str | None:
+    if model.provider == "local":
+        from gradetrail_lib.providers.local_server import model_identity
+
+        return model_identity(model.name)
+    url = model.base_url or DEFAULT_BASE_URLS.get(model.provider)
+    return str(url).rstrip("/") if url else None
+
+
+def request_key(
+    provider: str,
+    model: str,
+    base_url: str | None,
+    messages: list[Message],
+    params: dict[str, Any],
+) -> str:
+    return hash_json(
+        {
+            "v": KEY_VERSION,
+            "provider": provider,
+            "model": model,
+            "base_url": base_url,
+            "messages": messages,
+            "params": params,
+        }
+    )
+
+
+def endpoint_for(model: ModelConfig, live_base_url: str | None = None) -> Endpoint:
+    """The endpoint to send to; `live_base_url` is the started server of a local model."""
+    url = live_base_url or model.base_url or DEFAULT_BASE_URLS.get(model.provider)
+    if url is None:
+        raise ValueError(f"model {model.name!r} has no base_url")
+    key_env = model.api_key_env or DEFAULT_KEY_ENVS.get(model.provider)
+    return Endpoint(model.provider, model.name, url.rstrip("/"), key_env)

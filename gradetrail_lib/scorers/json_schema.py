@@ -1,0 +1,72 @@
+"""The response must be a JSON document valid against a Draft 2020-12 schema."""
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from gradetrail_lib.dataset import Sample
+from gradetrail_lib.errors import InputError
+from gradetrail_lib.scorers.base import Score, clip, field_value
+from gradetrail_lib.spec import JsonSchemaScorer
+
+_FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
+
+
+def extract_json(response: str) -> Any:
+    text = response.strip()
+    fenced = _FENCE.match(text)
+    return json.loads(fenced.group(1) if fenced else text)
+
+
+def load_schema_file(path: Path) -> dict[str, Any]:
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(str(path), None, None, f"cannot read schema: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(str(path), exc.lineno, None, f"invalid JSON: {exc.msg}") from exc
+    _check_schema(schema, str(path), None)
+    return dict(schema)
+
+
+def _check_schema(schema: Any, where: str, line: int | None) -> None:
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise InputError(where, line, None, f"not a Draft 2020-12 schema: {exc.message}") from exc
+
+
+class JsonSchemaMatch:
+    def __init__(self, config: JsonSchemaScorer, base_dir: Path) -> None:
+        self.config = config
+        self._fixed: jsonschema.Draft202012Validator | None = None
+        if config.json_schema is not None:
+            self._fixed = jsonschema.Draft202012Validator(config.json_schema)
+        elif config.schema_path is not None:
+            schema = load_schema_file((base_dir / config.schema_path).resolve())
+            self._fixed = jsonschema.Draft202012Validator(schema)
+
+    def _validator(self, sample: Sample) -> jsonschema.Draft202012Validator:
+        if self._fixed is not None:
+            return self._fixed
+        assert self.config.field is not None
+        return jsonschema.Draft202012Validator(sample.fields[self.config.field])
+
+    def check(self, sample: Sample, dataset_path: str) -> None:
+        if self._fixed is None and self.config.field is not None:
+            schema = field_value(sample, self.config.field, dataset_path)
+            _check_schema(schema, dataset_path, sample.line)
+
+    def score(self, response: str, sample: Sample) -> Score:
+        try:
+            document = extract_json(response)
+        except json.JSONDecodeError as exc:
+            return Score(0.0, f"not JSON ({exc.msg}): {clip(response)!r}")
+        error = jsonschema.exceptions.best_match(self._validator(sample).iter_errors(document))
+        if error is None:
+            return Score(1.0, "valid against the schema")
+        where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+        return Score(0.0, f"invalid at {where}: {clip(error.message)}")

@@ -1,0 +1,66 @@
+"""Numeric match with absolute and relative tolerance."""
+
+import math
+import re
+
+from gradetrail_lib.dataset import Sample
+from gradetrail_lib.errors import InputError
+from gradetrail_lib.scorers.base import Score, clip, field_value
+from gradetrail_lib.spec import NumericScorer
+
+# Thousands separators allowed only in groups of three: "1,234.5" but not "1,2".
+NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
+
+
+def parse_number(text: str) -> float | None:
+    text = text.strip().replace("$", "")
+    if NUMBER.fullmatch(text) is None:
+        return None
+    return float(text.replace(",", ""))
+
+
+def last_number(text: str) -> float | None:
+    found = NUMBER.findall(text)
+    return float(found[-1].replace(",", "")) if found else None
+
+
+class NumericMatch:
+    def __init__(self, config: NumericScorer) -> None:
+        self.config = config
+        self._pattern = re.compile(config.pattern) if config.pattern else None
+
+    def expected(self, sample: Sample) -> float:
+        value = sample.fields[self.config.field]
+        if isinstance(value, bool):
+            raise ValueError(f"field {self.config.field!r} is a boolean, not a number")
+        number = float(value) if isinstance(value, int | float) else parse_number(str(value))
+        if number is None:
+            raise ValueError(f"field {self.config.field!r} is not a number: {value!r}")
+        return number
+
+    def check(self, sample: Sample, dataset_path: str) -> None:
+        field_value(sample, self.config.field, dataset_path)
+        try:
+            self.expected(sample)
+        except ValueError as exc:
+            raise InputError(
+                dataset_path, sample.line, self.config.field, f"sample {sample.id!r}: {exc}"
+            ) from exc
+
+    def extract(self, response: str) -> float | None:
+        if self._pattern is None:
+            return last_number(response)
+        found = self._pattern.search(response)
+        if found is None or found.group(self.config.group) is None:
+            return None
+        return parse_number(found.group(self.config.group))
+
+    def score(self, response: str, sample: Sample) -> Score:
+        expected = self.expected(sample)
+        got = self.extract(response)
+        if got is None:
+            return Score(0.0, f"no number found in {clip(response)!r}; expected {expected:g}")
+        tolerances = {"rel_tol": self.config.rel_tol, "abs_tol": self.config.abs_tol}
+        if math.isclose(got, expected, **tolerances):
+            return Score(1.0, f"{got:g} matches {expected:g}")
+        return Score(0.0, f"{got:g} != {expected:g}")

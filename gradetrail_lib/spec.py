@@ -1,0 +1,245 @@
+"""The eval spec: a YAML file validated with pydantic, unknown keys rejected."""
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import jinja2
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+
+from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.yaml_source import Location, YamlDocument, load_yaml
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ProviderName = Literal["anthropic", "openai", "openai_compatible", "local"]
+RegexFlag = Literal["IGNORECASE", "MULTILINE", "DOTALL", "VERBOSE", "ASCII"]
+
+
+class DatasetRef(_Strict):
+    path: str = Field(description="JSONL file, relative to the spec's folder.")
+
+
+class Params(_Strict):
+    """Sampling parameters. Every field that is set enters the request key."""
+
+    temperature: float | None = None
+    max_tokens: int = Field(default=512, ge=1)
+    top_p: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    # Provider-specific body fields (e.g. llama.cpp's repeat_penalty), sent as given.
+    extra: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class ModelConfig(_Strict):
+    provider: ProviderName
+    name: str = Field(min_length=1)
+    base_url: str | None = None
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the key (never the key)."
+    )
+
+    @model_validator(mode="after")
+    def _check_endpoint(self) -> "ModelConfig":
+        if self.provider == "openai_compatible" and not self.base_url:
+            raise ValueError("openai_compatible needs base_url")
+        if self.provider == "local":
+            from gradetrail_lib.providers.local_server import LOCAL_MODELS
+
+            if self.base_url is not None:
+                raise ValueError("local models start their own server; remove base_url")
+            if self.name not in LOCAL_MODELS:
+                known = ", ".join(sorted(LOCAL_MODELS))
+                raise ValueError(f"unknown local model {self.name!r} (known: {known})")
+        return self
+
+
+def _check_template(source: str) -> str:
+    try:
+        jinja2.Environment().parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"template syntax error on its line {exc.lineno}: {exc.message}") from exc
+    return source
+
+
+class ExactScorer(_Strict):
+    type: Literal["exact"]
+    field: str = "answer"
+    strip: bool = True
+    lower: bool = True
+    collapse_whitespace: bool = True
+
+
+class RegexScorer(_Strict):
+    """`pattern` is a jinja2 template rendered per sample; inserted values are regex-escaped."""
+
+    type: Literal["regex"]
+    field: str = "answer"
+    pattern: str | None = Field(default=None, description="Defaults to the escaped field value.")
+    flags: list[RegexFlag] = Field(default_factory=list)
+    match: Literal["search", "fullmatch"] = "search"
+
+    @model_validator(mode="after")
+    def _check_pattern(self) -> "RegexScorer":
+        if self.pattern is not None:
+            _check_template(self.pattern)
+        return self
+
+
+class NumericScorer(_Strict):
+    type: Literal["numeric"]
+    field: str = "answer"
+    abs_tol: float = Field(default=0.0, ge=0)
+    rel_tol: float = Field(default=0.0, ge=0)
+    pattern: str | None = Field(
+        default=None, description="Regex with a named group; default: the last number."
+    )
+    group: str = "value"
+
+    @model_validator(mode="after")
+    def _check_pattern(self) -> "NumericScorer":
+        if self.pattern is not None:
+            try:
+                compiled = re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern does not compile: {exc}") from exc
+            if self.group not in compiled.groupindex:
+                raise ValueError(f"pattern has no named group {self.group!r}")
+        return self
+
+
+class JsonSchemaScorer(_Strict):
+    """The response must be JSON valid against a Draft 2020-12 schema.
+
+    The schema is inline (`schema`), in a file next to the spec (`schema_path`), or in a
+    sample field (`field`), exactly one of them.
+    """
+
+    type: Literal["json_schema"]
+    json_schema: dict[str, JsonValue] | None = Field(default=None, alias="schema")
+    schema_path: str | None = None
+    field: str | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "JsonSchemaScorer":
+        given = [x is not None for x in (self.json_schema, self.schema_path, self.field)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of schema, schema_path, field")
+        if self.json_schema is not None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(self.json_schema)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"not a valid Draft 2020-12 schema: {exc.message}") from exc
+        return self
+
+
+ScorerConfig = Annotated[
+    ExactScorer | RegexScorer | NumericScorer | JsonSchemaScorer, Field(discriminator="type")
+]
+
+
+class Watch(_Strict):
+    provider: Literal["anthropic", "openai", "openai_compatible"]
+    match: str = Field(min_length=1, description="fnmatch pattern over model ids")
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+
+class Spec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str | None = None
+    dataset: DatasetRef
+    system: str | None = None
+    prompt: str
+    models: list[ModelConfig] = Field(min_length=1)
+    params: Params = Field(default_factory=Params)
+    scorer: ScorerConfig
+    watch: Watch | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Spec":
+        _check_template(self.prompt)
+        if self.system is not None:
+            _check_template(self.system)
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"model names must be unique (each is a partition): {dupes}")
+        return self
+
+    def model(self, name: str) -> ModelConfig:
+        for m in self.models:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in self.models)
+        raise KeyError(f"spec {self.name!r} has no model {name!r} (models: {known})")
+
+
+class LoadedSpec(BaseModel):
+    """A validated spec plus where it came from (paths in it are relative to `base_dir`)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    spec: Spec
+    path: Path
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolve(self, relative: str) -> Path:
+        return (self.base_dir / relative).resolve()
+
+
+def _describe(doc: YamlDocument, loc: tuple[int | str, ...]) -> tuple[str, int | None]:
+    """The field path as the user wrote it and its line.
+
+    pydantic puts a discriminated union's tag into `loc` (`scorer.regex.pattern`); a tag is
+    dropped, and a key the user left out is named under its parent, on the parent's line.
+    """
+    kept: Location = ()
+    named: list[str | int] = []
+    for part in loc:
+        candidate = (*kept, part)
+        if doc.has(candidate):
+            kept = candidate
+            named.append(part)
+            continue
+        parent = doc.value_at(kept)
+        if isinstance(parent, dict) and parent.get("type") == part:
+            continue
+        named.append(part)
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in named).lstrip(".")
+    return field, doc.line_of(kept)
+
+
+def load_spec(path: Path | str) -> LoadedSpec:
+    path = Path(path)
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise InputError(str(path), 1, None, "a spec must be a YAML mapping")
+    try:
+        spec = Spec.model_validate(doc.data)
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors():
+            field, line = _describe(doc, tuple(err["loc"]))
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            errors.append(InputError(str(path), line, field or None, message))
+        errors.sort(key=lambda e: e.line or 0)
+        raise (errors[0] if len(errors) == 1 else InputErrors(errors)) from None
+    return LoadedSpec(spec=spec, path=path)
+
+
+def spec_document_fields(spec: Spec) -> dict[str, Any]:
+    """The spec as canonical data (aliases used), the input of the spec hash."""
+    return spec.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -1,0 +1,57 @@
+"""Run totals: counts per outcome, mean score, tokens, cost, cache hits."""
+
+from collections import Counter
+from dataclasses import dataclass
+
+from gradetrail_lib.pipeline import ResultRow
+from gradetrail_lib.pricing import sum_costs
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    samples: int
+    outcomes: dict[str, int]
+    failure_modes: dict[str, int]
+    scored: int
+    mean_score: float | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    cache_hits: int
+
+    @property
+    def any_scored(self) -> bool:
+        return self.scored > 0
+
+
+def summarize(rows: list[ResultRow]) -> RunSummary:
+    outcomes = Counter(r.outcome for r in rows)
+    scores = [r.score for r in rows if r.score is not None]
+    answered = [r for r in rows if r.response is not None]
+    return RunSummary(
+        samples=len(rows),
+        outcomes={k: outcomes.get(k, 0) for k in ("scored", "provider_error", "scorer_error")},
+        failure_modes=dict(Counter(r.failure_mode for r in rows if r.failure_mode)),
+        scored=len(scores),
+        mean_score=sum(scores) / len(scores) if scores else None,
+        input_tokens=sum(r.input_tokens or 0 for r in answered),
+        output_tokens=sum(r.output_tokens or 0 for r in answered),
+        cost_usd=sum_costs([r.cost_usd for r in answered]),
+        cache_hits=sum(r.cache_hit for r in rows),
+    )
+
+
+def format_summary(summary: RunSummary, wall_s: float) -> str:
+    counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
+    mean = f"{summary.mean_score:.4f}" if summary.mean_score is not None else "n/a"
+    cost = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "unknown"
+    return "\n".join(
+        [
+            f"Samples: {summary.samples} ({counts})",
+            f"Mean score: {mean} (n={summary.scored})",
+            f"Tokens: {summary.input_tokens} in / {summary.output_tokens} out",
+            f"Cost: {cost}",
+            f"Cache hits: {summary.cache_hits}/{summary.samples}",
+            f"Wall time: {wall_s:.2f}s",
+        ]
+    )

@@ -1,0 +1,880 @@
+"""A fake LLM provider API server for end-to-end tests and benchmarks.
+
+It speaks real HTTP/1.1 on 127.0.0.1 and imitates three provider endpoints:
+
+* ``POST /v1/chat/completions`` -- OpenAI Chat Completions shape,
+* ``POST /v1/messages``         -- Anthropic Messages shape,
+* ``GET  /v1/models``           -- OpenAI list shape, or the Anthropic one when the
+  request carries an ``anthropic-version`` header.
+
+Control endpoints (mainly for when the server runs in another process):
+
+* ``GET  /_stats``  -- ``{"calls": n, "calls_by_path": {...}, "max_inflight": m}``
+* ``POST /_reset``  -- same as :meth:`FakeLLMServer.reset_counts`
+* ``POST /_config`` -- JSON object with any of ``latency_s``, ``models``, ``served_model``,
+  ``script`` (list of Fault objects as dicts) and ``fail_always`` (Fault dict or null).
+
+The server is built on asyncio streams with a small hand-written HTTP/1.1 parser (request
+line, headers, Content-Length or chunked body, keep-alive, ``Connection: close``) so that it
+adds next to no overhead at a few hundred concurrent keep-alive connections. In-process use
+runs the event loop in a background daemon thread::
+
+    with FakeLLMServer(latency_s=0.2) as srv:
+        httpx.post(f"{srv.base_url}/v1/chat/completions", json={...})
+        assert srv.calls == 1
+
+From another process::
+
+    python -m tests.support.fake_llm_server --port 0 --latency 0.2 --port-file /tmp/port
+
+Credentials: the ``authorization`` / ``x-api-key`` (and similar) header values are never
+printed or stored; :attr:`FakeLLMServer.requests` entries record their presence and a
+SHA-256 fingerprint only (see :meth:`FakeLLMServer.key_was_sent`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
+from types import TracebackType
+from typing import Any
+
+__all__ = [
+    "ANTHROPIC_MESSAGES_PATH",
+    "COMPLETION_PATHS",
+    "DEFAULT_MODELS",
+    "Fault",
+    "FakeLLMServer",
+    "OPENAI_CHAT_PATH",
+    "Responder",
+    "default_responder",
+    "last_user_message",
+    "main",
+]
+
+log = logging.getLogger(__name__)
+
+OPENAI_CHAT_PATH = "/v1/chat/completions"
+ANTHROPIC_MESSAGES_PATH = "/v1/messages"
+MODELS_PATH = "/v1/models"
+COMPLETION_PATHS = frozenset({OPENAI_CHAT_PATH, ANTHROPIC_MESSAGES_PATH})
+DEFAULT_MODELS: tuple[str, ...] = ("fake-model",)
+
+Responder = Callable[[dict[str, Any]], str]
+
+#: Header values that are credentials: recorded as present/absent, never stored.
+_SECRET_HEADERS = frozenset(
+    {"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie"}
+)
+_REDACTED = "<redacted>"
+_MAX_BODY = 64 * 1024 * 1024
+_STREAM_LIMIT = 256 * 1024  # max size of the request head (request line + headers)
+_QA_RE = re.compile(r"^[ \t]*Q:[ \t]*(-?\d+)[ \t]*\+[ \t]*(-?\d+)[ \t]*$", re.MULTILINE)
+_REASONS: dict[int, str] = {s.value: s.phrase for s in HTTPStatus}
+
+# (OpenAI error type, Anthropic error type) per status.
+_ERROR_TYPES: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "invalid_request_error"),
+    401: ("invalid_request_error", "authentication_error"),
+    403: ("permission_error", "permission_error"),
+    404: ("invalid_request_error", "not_found_error"),
+    405: ("invalid_request_error", "invalid_request_error"),
+    408: ("timeout", "timeout_error"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("rate_limit_exceeded", "rate_limit_error"),
+    500: ("server_error", "api_error"),
+    502: ("server_error", "api_error"),
+    503: ("server_error", "overloaded_error"),
+    529: ("server_error", "overloaded_error"),
+}
+_DEFAULT_MESSAGES: dict[int, str] = {
+    400: "Invalid request.",
+    401: "Incorrect API key provided.",
+    403: "Permission denied.",
+    404: "Not found.",
+    429: "Rate limit reached. Please try again later.",
+    500: "The server had an error while processing your request.",
+    503: "The engine is currently overloaded, please try again later.",
+    529: "Overloaded.",
+}
+
+
+# --------------------------------------------------------------------------- faults
+
+
+@dataclass
+class Fault:
+    """An injected failure for one completion call (or every call, via ``fail_always``).
+
+    * ``status``: HTTP status to answer with (429, 500, 401, ...).
+    * ``headers``: extra response headers, e.g. ``{"retry-after": "1"}``.
+    * ``body``: raw response body; ``None`` means a JSON error in the provider's shape
+      (``{"error": {"message": ..., "type": ...}}``) carrying ``message``.
+    * ``delay_s``: hang this long before answering (or before dropping the connection).
+    * ``close``: drop the connection with a TCP reset instead of answering.
+
+    Faults are answered without the server's normal ``latency_s``.
+    """
+
+    status: int = 500
+    headers: dict[str, str] = field(default_factory=dict)
+    body: str | None = None
+    delay_s: float = 0.0
+    close: bool = False
+    message: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fault:
+        return cls(
+            status=int(data.get("status", 500)),
+            headers={str(k): str(v) for k, v in dict(data.get("headers") or {}).items()},
+            body=None if data.get("body") is None else str(data["body"]),
+            delay_s=float(data.get("delay_s", 0.0)),
+            close=bool(data.get("close", False)),
+            message=None if data.get("message") is None else str(data["message"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------- responders
+
+
+def _text_of(content: Any) -> str:
+    """Text of a message ``content``: a string or a list of content blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        return "\n".join(parts)
+    return ""
+
+
+def last_user_message(body: dict[str, Any]) -> str:
+    """Text of the last ``role == "user"`` message of a chat/messages request ("" if none)."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for msg in reversed(messages):
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                return _text_of(msg.get("content"))
+    return ""
+
+
+def default_responder(body: dict[str, Any]) -> str:
+    """``"Answer: <a+b>"`` if the last user message has a line ``Q: <a> + <b>`` (the last such
+    line wins), else ``"Echo: <content>"``."""
+    content = last_user_message(body)
+    matches = _QA_RE.findall(content)
+    if matches:
+        a, b = matches[-1]
+        return f"Answer: {int(a) + int(b)}"
+    return f"Echo: {content}"
+
+
+def _prompt_words(body: dict[str, Any]) -> int:
+    n = len(_text_of(body.get("system")).split())
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for msg in messages:
+            if isinstance(msg, dict):
+                n += len(_text_of(msg.get("content")).split())
+    return n
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+# ------------------------------------------------------------------------- HTTP bits
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(slots=True)
+class _Reply:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] | None = None
+    reset: bool = False  # drop the connection (TCP RST) instead of answering
+
+
+def _json_reply(status: int, payload: Any, headers: dict[str, str] | None = None) -> _Reply:
+    return _Reply(status, json.dumps(payload).encode(), "application/json", headers)
+
+
+def _error_payload(path: str, status: int, message: str | None) -> dict[str, Any]:
+    oa_type, an_type = _ERROR_TYPES.get(
+        status, ("server_error", "api_error") if status >= 500 else ("invalid_request_error",) * 2
+    )
+    msg = message or _DEFAULT_MESSAGES.get(status) or _REASONS.get(status, "Error")
+    if path == ANTHROPIC_MESSAGES_PATH:
+        return {"type": "error", "error": {"type": an_type, "message": msg}}
+    return {"error": {"message": msg, "type": oa_type, "param": None, "code": None}}
+
+
+def _error_reply(path: str, status: int, message: str | None = None) -> _Reply:
+    return _json_reply(status, _error_payload(path, status, message))
+
+
+def _encode_response(reply: _Reply, keep_alive: bool) -> bytes:
+    lines = [
+        f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Unknown')}",
+        f"content-type: {reply.content_type}",
+        f"content-length: {len(reply.body)}",
+        "connection: keep-alive" if keep_alive else "connection: close",
+    ]
+    if reply.headers:
+        lines.extend(f"{k}: {v}" for k, v in reply.headers.items())
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode("latin-1") + reply.body
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        try:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise _BadRequest(400, "Invalid chunk size.") from None
+        if size == 0:
+            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
+                pass
+            return b"".join(parts)
+        total += size
+        if total > _MAX_BODY:
+            raise _BadRequest(413, "Request body too large.")
+        parts.append(await reader.readexactly(size))
+        if await reader.readexactly(2) != b"\r\n":
+            raise _BadRequest(400, "Invalid chunk terminator.")
+
+
+def _reset_connection(writer: asyncio.StreamWriter) -> None:
+    """Close with SO_LINGER=0 so the peer sees a TCP reset (ECONNRESET)."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+# ---------------------------------------------------------------------------- server
+
+
+class FakeLLMServer:
+    """Fake OpenAI/Anthropic API over real HTTP/1.1, its asyncio loop in a daemon thread.
+
+    Mutable knobs (safe to change while running): ``latency_s``, ``responder``,
+    ``served_model`` (overrides the ``model`` echoed back), ``models`` (listed by
+    ``GET /v1/models``), ``script`` (list of :class:`Fault`, consumed in order by completion
+    calls) and ``fail_always`` (a :class:`Fault` used once ``script`` is empty).
+
+    Accounting (thread-safe reads): ``calls``, ``calls_by_path``, ``requests``,
+    ``max_inflight``; cleared by :meth:`reset_counts`.
+    """
+
+    def __init__(
+        self,
+        latency_s: float = 0.0,
+        responder: Responder | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        models: Sequence[str] | None = None,
+        served_model: str | None = None,
+        backlog: int = 4096,
+    ) -> None:
+        self.latency_s = latency_s
+        self.responder: Responder = responder or default_responder
+        self.host = host
+        self.port = port
+        self.models: list[str] = list(DEFAULT_MODELS if models is None else models)
+        self.served_model = served_model
+        self.script: list[Fault] = []
+        self.fail_always: Fault | None = None
+        self.backlog = backlog
+
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._calls_by_path: dict[str, int] = {}
+        self._requests: list[dict[str, Any]] = []
+        self._inflight = 0
+        self._max_inflight = 0
+        self._seq = 0
+
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, timeout: float = 10.0) -> FakeLLMServer:
+        if self.running:
+            return self
+        self._ready.clear()
+        self._start_error = None
+        self._thread = threading.Thread(target=self._thread_main, name="FakeLLMServer", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError("FakeLLMServer did not start in time")
+        if self._start_error is not None:
+            self._thread.join(timeout)
+            self._thread = None
+            raise RuntimeError(f"FakeLLMServer failed to start: {self._start_error!r}")
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        thread, loop, stop_event = self._thread, self._loop, self._stop_event
+        if thread is None:
+            return
+        if loop is not None and stop_event is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(stop_event.set)
+        thread.join(timeout)
+        self._thread = None
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def serve_forever(self, on_ready: Callable[[FakeLLMServer], None] | None = None) -> None:
+        """Run in the foreground (current thread) until SIGINT/SIGTERM. ``on_ready`` is
+        called once the port is bound."""
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._request_stop)
+            await self._serve(on_ready)
+
+        asyncio.run(run())
+        if self._start_error is not None:
+            raise RuntimeError(f"FakeLLMServer failed to start: {self._start_error!r}")
+
+    def _request_stop(self) -> None:
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # pragma: no cover - surfaced through start()
+            if not self._ready.is_set():
+                self._start_error = exc
+                self._ready.set()
+            else:
+                log.exception("FakeLLMServer loop crashed")
+
+    async def _serve(self, on_ready: Callable[[FakeLLMServer], None] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        try:
+            server = await asyncio.start_server(
+                self._handle_connection,
+                self.host,
+                self.port,
+                backlog=self.backlog,
+                reuse_address=True,
+                limit=_STREAM_LIMIT,
+            )
+        except BaseException as exc:
+            self._start_error = exc
+            self._ready.set()
+            return
+        self.port = int(server.sockets[0].getsockname()[1])
+        self._ready.set()
+        try:
+            if on_ready is not None:
+                on_ready(self)
+            await self._stop_event.wait()
+        finally:
+            server.close()
+            conns = list(self._conns.items())
+            for task, writer in conns:
+                writer.transport.abort()
+                task.cancel()
+            await asyncio.gather(*(t for t, _ in conns), return_exceptions=True)
+            await server.wait_closed()
+
+    # ---------------------------------------------------------------- accounting
+
+    @property
+    def calls(self) -> int:
+        """Completion calls (chat + messages) received, including faulted ones."""
+        with self._lock:
+            return self._calls
+
+    @property
+    def calls_by_path(self) -> dict[str, int]:
+        """Requests per API path (completion paths, ``/v1/models``, unknown paths)."""
+        with self._lock:
+            return dict(self._calls_by_path)
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Completion requests in arrival order. Each entry has ``path``, ``method``, ``body``
+        (parsed JSON or None), ``headers`` (lower-cased; credentials redacted),
+        ``has_authorization``, ``has_x_api_key``, ``key_sha256`` (SHA-256 of the bearer
+        token or x-api-key, or None), ``status`` (answered status, None for a dropped
+        connection) and ``fault`` (the :class:`Fault` applied, or None)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    @property
+    def max_inflight(self) -> int:
+        """Highest number of completion calls in progress at once since the last reset."""
+        return self._max_inflight
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self._calls = 0
+            self._calls_by_path = {}
+            self._requests = []
+            self._max_inflight = self._inflight
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "calls": self._calls,
+                "calls_by_path": dict(self._calls_by_path),
+                "max_inflight": self._max_inflight,
+            }
+
+    def key_was_sent(self, key: str) -> bool:
+        """Whether any recorded completion request carried ``key`` (as a bearer token or an
+        ``x-api-key``), compared by fingerprint."""
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return any(r.get("key_sha256") == digest for r in self.requests)
+
+    def _next_fault(self) -> Fault | None:
+        with self._lock:
+            if self.script:
+                return self.script.pop(0)
+            return self.fail_always
+
+    # ------------------------------------------------------------------ HTTP I/O
+
+    async def _handle_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._conns[task] = writer
+        try:
+            await self._connection_loop(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, OSError):
+            pass
+        except asyncio.CancelledError:
+            # Only happens at shutdown. Finish normally instead of re-raising: on Python 3.11
+            # StreamReaderProtocol calls task.exception() on a cancelled handler task and
+            # logs a spurious CancelledError traceback.
+            pass
+        except Exception:
+            log.exception("FakeLLMServer: unexpected error in connection handler")
+        finally:
+            if task is not None:
+                self._conns.pop(task, None)
+            if not writer.is_closing():
+                writer.close()
+
+    async def _connection_loop(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return  # client closed the connection (possibly mid-head)
+            except asyncio.LimitOverrunError:
+                writer.write(_encode_response(_error_reply("", 431, "Headers too large."), False))
+                return
+            lines = head[:-4].split(b"\r\n")
+            while lines and not lines[0]:  # tolerate stray CRLFs between requests
+                lines.pop(0)
+            try:
+                method, target, version, headers = _parse_head(lines)
+            except _BadRequest as exc:
+                writer.write(_encode_response(_error_reply("", exc.status, exc.message), False))
+                return
+
+            conn = headers.get("connection", "").lower()
+            keep_alive = "close" not in conn if version == "HTTP/1.1" else "keep-alive" in conn
+
+            try:
+                if headers.get("expect", "").lower() == "100-continue":
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                if "chunked" in headers.get("transfer-encoding", "").lower():
+                    raw = await _read_chunked(reader)
+                else:
+                    length = _content_length(headers)
+                    raw = await reader.readexactly(length) if length else b""
+            except _BadRequest as exc:
+                writer.write(_encode_response(_error_reply("", exc.status, exc.message), False))
+                return
+
+            path = target.split("?", 1)[0].rstrip("/") or "/"
+            reply = await self._dispatch(method, path, headers, raw)
+            if writer.is_closing():
+                return
+            if reply.reset:
+                _reset_connection(writer)
+                return
+            writer.write(_encode_response(reply, keep_alive))
+            await writer.drain()
+            if not keep_alive:
+                return
+
+    # ------------------------------------------------------------------ routing
+
+    async def _dispatch(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> _Reply:
+        if path in COMPLETION_PATHS:
+            if method != "POST":
+                self._count_path(path)
+                return _error_reply(path, 405, f"Method {method} not allowed.")
+            return await self._completion(path, headers, raw)
+        if path == MODELS_PATH:
+            self._count_path(path)
+            if method != "GET":
+                return _error_reply(path, 405, f"Method {method} not allowed.")
+            return self._list_models(anthropic="anthropic-version" in headers)
+        if path == "/_stats" and method == "GET":
+            return _json_reply(200, self.stats())
+        if path == "/_reset" and method == "POST":
+            self.reset_counts()
+            return _json_reply(200, {"ok": True})
+        if path == "/_config" and method == "POST":
+            return self._configure(raw)
+        self._count_path(path)
+        return _error_reply(path, 404, f"Unknown path {path}.")
+
+    def _count_path(self, path: str) -> None:
+        with self._lock:
+            self._calls_by_path[path] = self._calls_by_path.get(path, 0) + 1
+
+    def _list_models(self, anthropic: bool) -> _Reply:
+        models = list(self.models)
+        if anthropic:
+            return _json_reply(
+                200,
+                {
+                    "data": [
+                        {
+                            "type": "model",
+                            "id": m,
+                            "display_name": m,
+                            "created_at": "2026-01-01T00:00:00Z",
+                        }
+                        for m in models
+                    ],
+                    "has_more": False,
+                    "first_id": models[0] if models else None,
+                    "last_id": models[-1] if models else None,
+                },
+            )
+        return _json_reply(
+            200,
+            {
+                "object": "list",
+                "data": [
+                    {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in models
+                ],
+            },
+        )
+
+    def _configure(self, raw: bytes) -> _Reply:
+        try:
+            cfg = json.loads(raw or b"{}")
+            if not isinstance(cfg, dict):
+                raise ValueError("expected a JSON object")
+            if "latency_s" in cfg:
+                self.latency_s = float(cfg["latency_s"])
+            if "models" in cfg:
+                self.models = [str(m) for m in cfg["models"]]
+            if "served_model" in cfg:
+                sm = cfg["served_model"]
+                self.served_model = None if sm is None else str(sm)
+            if "script" in cfg:
+                script = [Fault.from_dict(f) for f in cfg["script"]]
+                with self._lock:
+                    self.script = script
+            if "fail_always" in cfg:
+                fa = cfg["fail_always"]
+                self.fail_always = None if fa is None else Fault.from_dict(fa)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return _error_reply("/_config", 400, f"Bad config: {exc}")
+        return _json_reply(200, {"ok": True})
+
+    # -------------------------------------------------------------- completions
+
+    async def _completion(self, path: str, headers: dict[str, str], raw: bytes) -> _Reply:
+        body: dict[str, Any] | None = None
+        parse_error: str | None = None
+        try:
+            parsed = json.loads(raw)
+        except ValueError as exc:
+            parse_error = f"Invalid JSON body: {exc}"
+        else:
+            if not isinstance(parsed, dict):
+                parse_error = "Request body must be a JSON object."
+            elif not isinstance(parsed.get("messages"), list):
+                body = parsed
+                parse_error = "'messages' must be a list."
+            else:
+                body = parsed
+            if isinstance(parsed, dict) and parsed.get("stream"):
+                parse_error = "The fake server does not support streaming."
+
+        fault = self._next_fault()
+        entry = _request_entry(path, headers, body)
+        entry["fault"] = fault
+        if fault is not None:
+            entry["status"] = None if fault.close else fault.status
+        else:
+            entry["status"] = 400 if parse_error else 200
+        with self._lock:
+            self._calls += 1
+            self._calls_by_path[path] = self._calls_by_path.get(path, 0) + 1
+            self._requests.append(entry)
+            self._seq += 1
+            seq = self._seq
+        self._inflight += 1  # only touched from the loop thread
+        if self._inflight > self._max_inflight:
+            self._max_inflight = self._inflight
+        try:
+            if fault is not None:
+                if fault.delay_s > 0:
+                    await asyncio.sleep(fault.delay_s)
+                return self._fault_reply(path, fault)
+            if parse_error is not None or body is None:
+                return _error_reply(path, 400, parse_error)
+            latency = self.latency_s
+            if latency > 0:
+                await asyncio.sleep(latency)
+            try:
+                text = self.responder(body)
+            except Exception as exc:
+                entry["status"] = 500
+                return _error_reply(path, 500, f"Responder failed: {exc!r}")
+            return _completion_reply(path, body, str(text), seq, self.served_model)
+        finally:
+            self._inflight -= 1
+
+    @staticmethod
+    def _fault_reply(path: str, fault: Fault) -> _Reply:
+        if fault.close:
+            return _Reply(0, b"", reset=True)
+        headers = {str(k): str(v) for k, v in fault.headers.items()}
+        if fault.body is None:
+            payload = _error_payload(path, fault.status, fault.message)
+            return _json_reply(fault.status, payload, headers)
+        try:
+            json.loads(fault.body)
+            ctype = "application/json"
+        except ValueError:
+            ctype = "text/plain; charset=utf-8"
+        return _Reply(fault.status, fault.body.encode(), ctype, headers)
+
+
+def _parse_head(lines: list[bytes]) -> tuple[str, str, str, dict[str, str]]:
+    if not lines:
+        raise _BadRequest(400, "Empty request.")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+        raise _BadRequest(400, "Malformed request line.")
+    method, target, version = (p.decode("latin-1") for p in parts)
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip():
+            raise _BadRequest(400, "Malformed header line.")
+        key = name.decode("latin-1").lower()
+        val = value.strip().decode("latin-1")
+        headers[key] = f"{headers[key]}, {val}" if key in headers else val
+    return method, target, version, headers
+
+
+def _content_length(headers: dict[str, str]) -> int:
+    value = headers.get("content-length")
+    if value is None:
+        return 0
+    try:
+        length = int(value)
+    except ValueError:
+        raise _BadRequest(400, "Invalid Content-Length.") from None
+    if length < 0:
+        raise _BadRequest(400, "Invalid Content-Length.")
+    if length > _MAX_BODY:
+        raise _BadRequest(413, "Request body too large.")
+    return length
+
+
+def _request_entry(
+    path: str, headers: dict[str, str], body: dict[str, Any] | None
+) -> dict[str, Any]:
+    key: str | None = None
+    auth = headers.get("authorization")
+    if auth is not None:
+        key = auth[7:] if auth[:7].lower() == "bearer " else auth
+    elif "x-api-key" in headers:
+        key = headers["x-api-key"]
+    elif "api-key" in headers:
+        key = headers["api-key"]
+    return {
+        "path": path,
+        "method": "POST",
+        "body": body,
+        "headers": {k: (_REDACTED if k in _SECRET_HEADERS else v) for k, v in headers.items()},
+        "has_authorization": auth is not None,
+        "has_x_api_key": "x-api-key" in headers,
+        "key_sha256": None if key is None else hashlib.sha256(key.encode()).hexdigest(),
+    }
+
+
+def _completion_reply(
+    path: str, body: dict[str, Any], text: str, seq: int, served_model: str | None
+) -> _Reply:
+    words = text.split()
+    limit = _max_tokens(body)
+    truncated = limit is not None and len(words) > limit
+    if truncated:
+        words = words[: max(limit or 0, 0)]
+        text = " ".join(words)
+    prompt_tokens = _prompt_words(body)
+    completion_tokens = len(words)
+    model = served_model or str(body.get("model") or "fake-model")
+    if path == ANTHROPIC_MESSAGES_PATH:
+        return _json_reply(
+            200,
+            {
+                "id": f"msg_fake{seq:08d}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "max_tokens" if truncated else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
+            },
+        )
+    return _json_reply(
+        200,
+        {
+            "id": f"chatcmpl-fake{seq:08d}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length" if truncated else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        },
+    )
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def _write_port_file(path: str, port: int) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(f"{port}\n")
+    os.replace(tmp, path)  # atomic: readers never see a partial file
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.fake_llm_server",
+        description="Fake OpenAI/Anthropic API server (foreground).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per completion")
+    parser.add_argument("--port-file", default=None, help="write the bound port here")
+    parser.add_argument("--models", default=None, help="comma-separated model ids to list")
+    parser.add_argument("--served-model", default=None, help="model name to answer with")
+    args = parser.parse_args(argv)
+
+    models = [m for m in args.models.split(",") if m] if args.models else None
+    srv = FakeLLMServer(
+        latency_s=args.latency,
+        host=args.host,
+        port=args.port,
+        models=models,
+        served_model=args.served_model,
+    )
+
+    def on_ready(server: FakeLLMServer) -> None:
+        if args.port_file:
+            _write_port_file(args.port_file, server.port)
+        print(f"fake LLM server listening on {server.base_url}", flush=True)
+
+    srv.serve_forever(on_ready)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
