@@ -51,6 +51,10 @@ class ProviderError(Exception):
         self.retry_after_s = retry_after_s
         super().__init__(message)
 
+    def __str__(self) -> str:
+        # `message` may be extended after construction ("... (after N attempts)").
+        return self.message
+
     @property
     def signature(self) -> tuple[int | None, str]:
         """Two errors with equal signatures are "identical" for the abort rule."""

@@ -109,7 +109,7 @@ def api_key_for(request: ModelRequest) -> str | None:
     return key or None
 
 
-def _error_detail(response: httpx.Response) -> str:
+def _error_detail(response: httpx.Response, api_key: str | None) -> str:
     try:
         body = response.json()
         detail = body.get("error", body) if isinstance(body, dict) else body
@@ -118,12 +118,13 @@ def _error_detail(response: httpx.Response) -> str:
         text = str(detail)
     except (json.JSONDecodeError, UnicodeDecodeError):
         text = response.text
-    return " ".join(text.split())[:300]
+    # Redact before cutting: a cut through an echoed key would leave part of it unredacted.
+    return " ".join(redact(text, api_key).split())[:300]
 
 
 def classify(response: httpx.Response, adapter: Adapter, api_key: str | None) -> ProviderError:
     status = response.status_code
-    detail = redact(_error_detail(response), api_key)
+    detail = _error_detail(response, api_key)
     message = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
     if status in FATAL_STATUSES or (400 <= status < 500 and status not in (408, 409, 425, 429)):
         return ProviderError("fatal", message, status)
@@ -166,7 +167,9 @@ async def call_model(
                 try:
                     body = response.json()
                     parsed = adapter.parse(body)
-                except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+                # ValueError covers bad JSON and undecodable bytes; AttributeError a body
+                # of the wrong shape (a list or string where an object was expected).
+                except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
                     raise ProviderError(
                         "fatal", f"unexpected response body: {type(exc).__name__}", 200
                     ) from exc

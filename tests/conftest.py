@@ -1,0 +1,74 @@
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.fake_llm_server import FakeLLMServer
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(latency_s=0.0) as server:
+        yield server
+
+
+def write_addition_dataset(path: Path, n: int, wrong_every: int = 4) -> None:
+    """Samples "Q: a + b"; every `wrong_every`-th stored answer is off by one, so the
+    fake server's (correct) answer scores 0 there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as out:
+        for i in range(n):
+            a, b = i, 2 * i + 1
+            answer = a + b + (1 if i % wrong_every == 0 else 0)
+            out.write(json.dumps({"id": f"s{i:03d}", "a": a, "b": b, "answer": str(answer)}) + "\n")
+
+
+def write_spec(
+    path: Path,
+    *,
+    base_url: str,
+    provider: str = "openai_compatible",
+    model: str = "fake-1",
+    prompt: str = "Q: {{ a }} + {{ b }}",
+    scorer: str = "{type: numeric}",
+    dataset: str = "data/add.jsonl",
+    extra_model: str = "",
+) -> Path:
+    path.write_text(
+        f"""name: add
+dataset: {{path: {dataset}}}
+prompt: |
+  {prompt}
+models:
+  - {{provider: {provider}, name: {model}, base_url: "{base_url}"{extra_model}}}
+params: {{temperature: 0, max_tokens: 16}}
+scorer: {scorer}
+"""
+    )
+    return path
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "gradetrail_lib.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_results(results_root: Path) -> list[dict[str, object]]:
+    (run_dir,) = [p for p in results_root.iterdir() if not p.name.startswith(".")]
+    with open(run_dir / "results.jsonl") as lines:
+        return [json.loads(line) for line in lines]

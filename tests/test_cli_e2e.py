@@ -1,0 +1,281 @@
+"""End to end: the `gradetrail run` command against a real loopback HTTP server."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gradetrail_lib.cache import ResponseCache
+from tests.conftest import read_results, run_cli, write_addition_dataset, write_spec
+from tests.support.fake_llm_server import Fault, FakeLLMServer
+
+N = 12
+SECRET = "sk-test-0123456789abcdef-never-in-a-file"
+
+
+@pytest.mark.parametrize("provider", ["openai_compatible", "anthropic"])
+def test_cache_makes_reruns_and_rescoring_free(
+    tmp_path: Path, fake_server: FakeLLMServer, provider: str
+) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", N)
+    env = {"GRADETRAIL_CACHE": str(tmp_path / "cache.duckdb")}
+    extra = ""
+    if provider == "anthropic":
+        env["GT_TEST_KEY"] = SECRET
+        extra = ", api_key_env: GT_TEST_KEY"
+    spec = write_spec(
+        tmp_path / "add.yaml",
+        base_url=f"{fake_server.base_url}/v1",
+        provider=provider,
+        extra_model=extra,
+    )
+    path = "/v1/messages" if provider == "anthropic" else "/v1/chat/completions"
+
+    cold = run_cli("run", str(spec), cwd=tmp_path, env=env)
+    assert cold.returncode == 0, cold.stderr
+    assert fake_server.calls_by_path == {path: N}
+    assert f"Samples: {N} (scored={N}, provider_error=0, scorer_error=0)" in cold.stdout
+    assert f"Cache hits: 0/{N}" in cold.stdout
+    cold_rows = _rows(tmp_path / run_dir_of(cold))
+    assert [r["score"] for r in cold_rows] == [0.0 if i % 4 == 0 else 1.0 for i in range(N)]
+    if provider == "anthropic":
+        assert fake_server.key_was_sent(SECRET)
+
+    warm = run_cli("run", str(spec), cwd=tmp_path, env=env)
+    assert warm.returncode == 0, warm.stderr
+    assert fake_server.calls == N, "an identical re-run must not call the provider"
+    assert f"Cache hits: {N}/{N}" in warm.stdout
+
+    # Only the scorer changes: zero calls, different scores.
+    write_spec(
+        tmp_path / "add.yaml",
+        base_url=f"{fake_server.base_url}/v1",
+        provider=provider,
+        extra_model=extra,
+        scorer="{type: regex, pattern: 'Answer: 1'}",
+    )
+    rescored = run_cli("run", str(spec), cwd=tmp_path, env=env)
+    assert rescored.returncode == 0, rescored.stderr
+    assert fake_server.calls == N
+    rows = _rows(tmp_path / run_dir_of(rescored))
+    expected = [1.0 if str(r["response"]).startswith("Answer: 1") else 0.0 for r in rows]
+    assert [r["score"] for r in rows] == expected
+    assert expected != [r["score"] for r in cold_rows]
+
+    # The prompt changes: every sample is a new request.
+    write_spec(
+        tmp_path / "add.yaml",
+        base_url=f"{fake_server.base_url}/v1",
+        provider=provider,
+        extra_model=extra,
+        prompt="Please.\n  Q: {{ a }} + {{ b }}",
+    )
+    edited = run_cli("run", str(spec), cwd=tmp_path, env=env)
+    assert edited.returncode == 0, edited.stderr
+    assert fake_server.calls == 2 * N
+
+    # The key reached the server but no file, and no output.
+    for file in tmp_path.rglob("*"):
+        if file.is_file():
+            assert SECRET.encode() not in file.read_bytes(), file
+    for proc in (cold, warm, rescored, edited):
+        assert SECRET not in proc.stdout + proc.stderr
+
+
+def _rows(run_dir: Path) -> list[dict[str, object]]:
+    with open(run_dir / "results.jsonl") as lines:
+        return [json.loads(line) for line in lines]
+
+
+def run_dir_of(done: subprocess.CompletedProcess[str]) -> Path:
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("Run: ")]
+    return Path(line.split(" -> ", 1)[1])
+
+
+def test_manifest_and_results_fields(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 5)
+    fake_server.served_model = "fake-1-2026-01-01"
+    spec = write_spec(tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    done = run_cli("run", str(spec), "--cache", str(tmp_path / "c.duckdb"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = (tmp_path / "results").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert run_dir.name == f"add-fake-1-{manifest['identity'][:12]}"
+    assert manifest["model"] == {
+        "requested": "fake-1",
+        "provider": "openai_compatible",
+        "base_url": f"{fake_server.base_url}/v1",
+        "served": ["fake-1-2026-01-01"],
+    }
+    assert any("differs from requested" in w for w in manifest["warnings"])
+    assert manifest["samples"] == 5 and manifest["calls"] == 5 and manifest["cache_hits"] == 0
+    assert manifest["cost_usd"] is None, "an unpriced model's cost is unknown, not $0"
+    assert len(manifest["dataset"]["hash"]) == 64 and len(manifest["spec"]["hash"]) == 64
+    rows = read_results(tmp_path / "results")
+    assert set(rows[0]) >= {
+        "id",
+        "request_key",
+        "messages",
+        "response",
+        "stop_reason",
+        "usage",
+        "latency_s",
+        "cost_usd",
+        "cache_hit",
+        "score",
+        "reason",
+        "outcome",
+    }
+    assert "Cost: unknown" in done.stdout
+
+
+def test_spec_error_names_file_line_field_and_calls_nothing(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 3)
+    spec = write_spec(
+        tmp_path / "add.yaml",
+        base_url=f"{fake_server.base_url}/v1",
+        scorer="{type: regex, flags: [SHOUTING]}",
+    )
+    done = run_cli("run", str(spec), cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"{spec}:8: scorer.flags[0]:" in done.stderr
+    assert fake_server.calls == 0
+    assert not (tmp_path / "results").exists()
+
+
+def test_missing_prompt_field_names_sample_and_field(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 3)
+    spec = write_spec(
+        tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1", prompt="Q: {{ c }}"
+    )
+    done = run_cli("run", str(spec), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "data/add.jsonl:1: prompt: sample 's000': 'c' is undefined" in done.stderr
+    assert fake_server.calls == 0
+
+
+def test_repeated_fatal_errors_abort_the_run(tmp_path: Path, fake_server: FakeLLMServer) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 40)
+    fake_server.fail_always = Fault(status=401)
+    spec = write_spec(tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    done = run_cli("run", str(spec), "--concurrency", "2", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "aborted after 3 identical errors" in done.stderr
+    assert fake_server.calls < 10
+
+
+def test_missing_api_key_aborts_before_any_request(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 10)
+    spec = write_spec(
+        tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1", provider="anthropic"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gradetrail_lib.cli", "run", str(spec)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "ANTHROPIC_API_KEY is not set" in done.stderr
+    assert fake_server.calls == 0
+
+
+def test_kill_9_loses_only_what_was_in_flight(tmp_path: Path) -> None:
+    n, concurrency = 40, 4
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    cache_path = tmp_path / "cache.duckdb"
+    with FakeLLMServer(latency_s=0.1) as server:
+        spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
+        args = ["run", str(spec), "--cache", str(cache_path), "--concurrency", str(concurrency)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gradetrail_lib.cli", *args],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while _answered(server) < n // 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        answered_before_kill = _answered(server)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        assert answered_before_kill < n, "the run finished before it was killed"
+
+        cached = ResponseCache(cache_path).count()
+        # Answered but not yet received or written: at most what was in flight.
+        assert cached >= answered_before_kill - 2 * concurrency
+        assert cached >= 1
+
+        server.reset_counts()
+        rerun = run_cli(*args, cwd=tmp_path)
+        assert rerun.returncode == 0, rerun.stderr
+        assert server.calls == n - cached
+        assert f"Cache hits: {cached}/{n}" in rerun.stdout
+        assert len(read_results(tmp_path / "results")) == n
+
+
+def _answered(server: FakeLLMServer) -> int:
+    return sum(1 for r in server.requests if r["status"] == 200)
+
+
+def test_two_processes_share_one_cache_file(tmp_path: Path) -> None:
+    n = 60
+    cache_path = tmp_path / "cache.duckdb"
+    with FakeLLMServer(latency_s=0.01) as server:
+        procs = []
+        for name in ("a", "b"):
+            root = tmp_path / name
+            write_addition_dataset(root / "data" / "add.jsonl", n)
+            spec = write_spec(
+                root / "add.yaml",
+                base_url=f"{server.base_url}/v1",
+                prompt=f"[{name}] Q: {{{{ a }}}} + {{{{ b }}}}",
+            )
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "gradetrail_lib.cli",
+                        "run",
+                        str(spec),
+                        "--cache",
+                        str(cache_path),
+                        "--concurrency",
+                        "8",
+                    ],
+                    cwd=root,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        outputs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        assert server.calls == 2 * n
+        assert ResponseCache(cache_path).count() == 2 * n
+        for name in ("a", "b"):
+            again = run_cli(
+                "run",
+                str(tmp_path / name / "add.yaml"),
+                "--cache",
+                str(cache_path),
+                cwd=tmp_path / name,
+            )
+            assert f"Cache hits: {n}/{n}" in again.stdout
+        assert server.calls == 2 * n
