@@ -12,7 +12,7 @@ import pytest
 
 from gradetrail_lib.cache import ResponseCache
 from tests.conftest import read_results, run_cli, write_addition_dataset, write_spec
-from tests.support.fake_llm_server import Fault, FakeLLMServer
+from tests.support.fake_llm_server import FakeLLMServer, Fault
 
 N = 12
 SECRET = "sk-test-0123456789abcdef-never-in-a-file"
