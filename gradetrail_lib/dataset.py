@@ -40,7 +40,9 @@ def load_dataset(path: Path, shown_as: str | None = None) -> Dataset:
         raise InputError(where, line, None, "not valid UTF-8") from exc
     samples: list[Sample] = []
     first_line_of: dict[str, int] = {}
-    for number, text_line in enumerate(text.splitlines(), start=1):
+    # Split on "\n" only: str.splitlines() also breaks on U+2028, \x1c, \x0c..., which JSON
+    # strings may hold raw, and would cut a sample in two and shift every later line number.
+    for number, text_line in enumerate(text.split("\n"), start=1):
         if not text_line.strip():
             continue
         try:

@@ -6,7 +6,16 @@ from typing import Annotated, Any, Literal
 
 import jinja2
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.yaml_source import Location, YamlDocument, load_yaml
@@ -84,11 +93,11 @@ class RegexScorer(_Strict):
     flags: list[RegexFlag] = Field(default_factory=list)
     match: Literal["search", "fullmatch"] = "search"
 
-    @model_validator(mode="after")
-    def _check_pattern(self) -> "RegexScorer":
-        if self.pattern is not None:
-            _check_template(self.pattern)
-        return self
+    # Field validators (not model validators) so an error names `scorer.pattern` and its line.
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, pattern: str | None) -> str | None:
+        return None if pattern is None else _check_template(pattern)
 
 
 class NumericScorer(_Strict):
@@ -96,21 +105,24 @@ class NumericScorer(_Strict):
     field: str = "answer"
     abs_tol: float = Field(default=0.0, ge=0)
     rel_tol: float = Field(default=0.0, ge=0)
+    # `group` comes before `pattern` so the pattern's validator can see it.
+    group: str = "value"
     pattern: str | None = Field(
         default=None, description="Regex with a named group; default: the last number."
     )
-    group: str = "value"
 
-    @model_validator(mode="after")
-    def _check_pattern(self) -> "NumericScorer":
-        if self.pattern is not None:
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, pattern: str | None, info: ValidationInfo) -> str | None:
+        if pattern is not None:
             try:
-                compiled = re.compile(self.pattern)
+                compiled = re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"pattern does not compile: {exc}") from exc
-            if self.group not in compiled.groupindex:
-                raise ValueError(f"pattern has no named group {self.group!r}")
-        return self
+            group = info.data.get("group")  # absent when `group` itself is invalid
+            if group is not None and group not in compiled.groupindex:
+                raise ValueError(f"pattern has no named group {group!r}")
+        return pattern
 
 
 class JsonSchemaScorer(_Strict):
@@ -127,16 +139,21 @@ class JsonSchemaScorer(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
+    @field_validator("json_schema")
+    @classmethod
+    def _check_schema(cls, schema: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
+        if schema is not None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"not a valid Draft 2020-12 schema: {exc.message}") from exc
+        return schema
+
     @model_validator(mode="after")
     def _one_source(self) -> "JsonSchemaScorer":
         given = [x is not None for x in (self.json_schema, self.schema_path, self.field)]
         if sum(given) != 1:
             raise ValueError("give exactly one of schema, schema_path, field")
-        if self.json_schema is not None:
-            try:
-                jsonschema.Draft202012Validator.check_schema(self.json_schema)
-            except jsonschema.SchemaError as exc:
-                raise ValueError(f"not a valid Draft 2020-12 schema: {exc.message}") from exc
         return self
 
 
@@ -163,16 +180,20 @@ class Spec(_Strict):
     scorer: ScorerConfig
     watch: Watch | None = None
 
-    @model_validator(mode="after")
-    def _check(self) -> "Spec":
-        _check_template(self.prompt)
-        if self.system is not None:
-            _check_template(self.system)
-        names = [m.name for m in self.models]
+    # Field validators so each error names its field and line and is reported with the others.
+    @field_validator("prompt", "system")
+    @classmethod
+    def _check_templates(cls, source: str | None) -> str | None:
+        return None if source is None else _check_template(source)
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
+        names = [m.name for m in models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"model names must be unique (each is a partition): {dupes}")
-        return self
+        return models
 
     def model(self, name: str) -> ModelConfig:
         for m in self.models:

@@ -41,6 +41,9 @@ KEY_REQUIRED = frozenset({"openai", "anthropic"})
 
 Sleep = Callable[[float], Awaitable[None]]
 
+# Jitter needs no reproducibility, and a Random() per call costs more than the call's parsing.
+_JITTER = random.Random()
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -126,7 +129,9 @@ def classify(response: httpx.Response, adapter: Adapter, api_key: str | None) ->
     status = response.status_code
     detail = _error_detail(response, api_key)
     message = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
-    if status in FATAL_STATUSES or (400 <= status < 500 and status not in (408, 409, 425, 429)):
+    # Only the statuses listed in the module docstring are worth a retry; anything else
+    # (other 4xx, and 3xx, which httpx does not follow here) would fail the same way again.
+    if status in FATAL_STATUSES or not (status >= 500 or status in (408, 409, 425, 429)):
         return ProviderError("fatal", message, status)
     wait = None
     if "retry-after" in response.headers:
@@ -145,7 +150,7 @@ async def call_model(
     rng: random.Random | None = None,
 ) -> ModelResponse:
     """One request, with the retry policy applied. Raises ProviderError when it gives up."""
-    rng = rng or random.Random()
+    rng = rng or _JITTER
     adapter = ADAPTERS[request.endpoint.provider]
     api_key = api_key_for(request)
     for attempt in range(1, policy.max_attempts + 1):

@@ -1,5 +1,7 @@
 """Exact match after the normalisations the spec turns on."""
 
+import re
+
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.scorers.base import Score, clip, field_value
 from gradetrail_lib.spec import ExactScorer
@@ -15,7 +17,9 @@ class ExactMatch:
         if self.config.lower:
             text = text.lower()
         if self.config.collapse_whitespace:
-            text = " ".join(text.split())
+            # Runs of whitespace become one space; the ends are `strip`'s business, so
+            # `strip: false` keeps leading/trailing whitespace significant.
+            text = re.sub(r"\s+", " ", text)
         return text
 
     def check(self, sample: Sample, dataset_path: str) -> None:

@@ -19,11 +19,18 @@ class RegexMatch:
             Template(config.pattern, "scorer.pattern", _ENV) if config.pattern is not None else None
         )
         self._flags = reduce(lambda acc, f: acc | getattr(re, f), config.flags, re.NOFLAG)
+        # re's own cache holds 512 patterns; a dataset has a pattern per sample.
+        self._compiled: dict[str, re.Pattern[str]] = {}
 
     def compile(self, sample: Sample, dataset_path: str = "dataset") -> re.Pattern[str]:
         if self._template is None:
-            return re.compile(re.escape(str(sample.fields[self.config.field])), self._flags)
-        return re.compile(self._template.render(sample, dataset_path), self._flags)
+            source = re.escape(str(sample.fields[self.config.field]))
+        else:
+            source = self._template.render(sample, dataset_path)
+        compiled = self._compiled.get(source)
+        if compiled is None:
+            compiled = self._compiled[source] = re.compile(source, self._flags)
+        return compiled
 
     def check(self, sample: Sample, dataset_path: str) -> None:
         if self.config.pattern is None:

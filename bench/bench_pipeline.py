@@ -1,0 +1,146 @@
+"""Benchmark of the request path and of the cache (not a test: prints ratios).
+
+    .venv/bin/python -m bench.bench_pipeline [--n 500] [--latency 0.2] [--warm-n 10000]
+
+1. Cold runs of n samples against a loopback fake server answering after L seconds, at
+   concurrency C = 8 and 64: the responses step's wall time over the floor n*L/C.
+2. A warm re-run and a scorer-only re-score of `warm-n` cached samples: whole-process wall
+   time over the wall time of a bare `gradetrail --version`, all measured in this run.
+
+The fake server runs in its own process so that it does not share this process's GIL.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.conftest import write_addition_dataset, write_spec
+
+REPO = Path(__file__).resolve().parent.parent
+GRADETRAIL = [sys.executable, "-m", "gradetrail_lib.cli"]
+
+
+def start_server(latency_s: float, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = workdir / "port"
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.fake_llm_server",
+            "--port",
+            "0",
+            "--latency",
+            str(latency_s),
+            "--port-file",
+            str(port_file),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while not port_file.exists():
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise RuntimeError("fake server did not start")
+        time.sleep(0.02)
+    return server, f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
+
+
+def timed(args: list[str], cwd: Path) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{args} failed: {done.stderr[-2000:]}")
+    return wall, done.stdout
+
+
+def manifest_of(stdout: str, cwd: Path) -> dict[str, object]:
+    (line,) = [x for x in stdout.splitlines() if x.startswith("Run: ")]
+    run_dir = cwd / line.split(" -> ", 1)[1]
+    return dict(json.loads((run_dir / "manifest.json").read_text()))
+
+
+def cold_ratio(n: int, latency_s: float, concurrency: int, workdir: Path, url: str) -> None:
+    case = workdir / f"cold-c{concurrency}"
+    write_addition_dataset(case / "data" / "add.jsonl", n)
+    spec = write_spec(
+        case / "add.yaml", base_url=url, prompt=f"[c{concurrency}] Q: {{{{ a }}}} + {{{{ b }}}}"
+    )
+    wall, out = timed(
+        [
+            *GRADETRAIL,
+            "run",
+            str(spec),
+            "--cache",
+            str(case / "c.duckdb"),
+            "--concurrency",
+            str(concurrency),
+        ],
+        case,
+    )
+    responses_s = float(manifest_of(out, case)["timings_s"]["responses"])  # type: ignore[index]
+    floor = n * latency_s / concurrency
+    print(
+        f"cold n={n} L={latency_s * 1000:.0f}ms C={concurrency}: responses step / floor = "
+        f"{responses_s / floor:.3f} (whole process / floor = {wall / floor:.3f})"
+    )
+
+
+def warm_ratios(n: int, workdir: Path, url: str, repeats: int = 3) -> None:
+    case = workdir / "warm"
+    write_addition_dataset(case / "data" / "add.jsonl", n)
+    spec = write_spec(case / "add.yaml", base_url=url)
+    cache = ["--cache", str(case / "c.duckdb")]
+    timed([*GRADETRAIL, "run", str(spec), *cache, "--concurrency", "64"], case)  # seed
+
+    version = statistics.median(timed([*GRADETRAIL, "--version"], case)[0] for _ in range(repeats))
+    warm = statistics.median(
+        timed([*GRADETRAIL, "run", str(spec), *cache], case)[0] for _ in range(repeats)
+    )
+    write_spec(
+        case / "add.yaml", base_url=url, scorer="{type: regex, pattern: 'Answer: {{ answer }}'}"
+    )
+    rescore = statistics.median(
+        timed([*GRADETRAIL, "run", str(spec), *cache], case)[0] for _ in range(repeats)
+    )
+    print(f"warm re-run of {n} cached samples / `gradetrail --version` = {warm / version:.2f}")
+    print(
+        f"scorer-only re-score of {n} cached samples / `gradetrail --version` = {rescore / version:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--warm-n", type=int, default=10_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        server, url = start_server(args.latency, workdir)
+        try:
+            for concurrency in (8, 64):
+                cold_ratio(args.n, args.latency, concurrency, workdir, url)
+        finally:
+            server.terminate()
+            server.wait()
+        server, url = (
+            start_server(0.0, workdir / "fast")
+            if (workdir / "fast").mkdir() is None
+            else (None, "")
+        )
+        try:
+            warm_ratios(args.warm_n, workdir, url)
+        finally:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()

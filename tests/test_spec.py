@@ -1,0 +1,318 @@
+"""load_spec: a valid spec loads; every error names the file, the line and the field."""
+
+from pathlib import Path
+
+import pytest
+
+from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.spec import (
+    JsonSchemaScorer,
+    LoadedSpec,
+    NumericScorer,
+    RegexScorer,
+    load_spec,
+)
+
+# Line numbers below refer to this layout; tests edit one line and check the line named.
+BASE = """\
+name: arith
+dataset: {path: data/x.jsonl}
+prompt: |
+  Solve: {{ question }}
+models:
+  - {provider: anthropic, name: claude-sonnet-4-6}
+  - {provider: openai_compatible, name: qwen2.5-7b, base_url: http://127.0.0.1:8000/v1}
+params:
+  temperature: 0
+  max_tokens: 64
+scorer:
+  type: regex
+  pattern: 'Answer:\\s*{{ answer }}'
+  flags: [IGNORECASE]
+"""
+
+MODEL_0 = "  - {provider: anthropic, name: claude-sonnet-4-6}\n"
+MODEL_1 = "  - {provider: openai_compatible, name: qwen2.5-7b, base_url: http://127.0.0.1:8000/v1}\n"
+REGEX_SCORER = "  type: regex\n  pattern: 'Answer:\\s*{{ answer }}'\n  flags: [IGNORECASE]\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "x.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def edit(old: str, new: str, text: str = BASE) -> str:
+    assert text.count(old) == 1, f"test bug: {old!r} is not in the base spec exactly once"
+    return text.replace(old, new)
+
+
+def load_error(path: Path) -> InputError:
+    with pytest.raises(InputError) as info:
+        load_spec(path)
+    return info.value
+
+
+def assert_error(err: InputError, path: Path, line: int | None, field: str | None, text: str):
+    assert err.path == str(path)
+    assert err.line == line
+    assert err.field == field
+    assert text in err.message
+    where = f"{path}:{line}" if line is not None else str(path)
+    prefix = f"{where}: {field}: " if field else f"{where}: "
+    assert str(err).startswith(prefix), str(err)
+
+
+def test_base_layout_is_what_the_tests_assume():
+    lines = BASE.splitlines()
+    assert lines[6].startswith("  - {provider: openai_compatible")  # line 7
+    assert lines[9] == "  max_tokens: 64"  # line 10
+    assert lines[12].startswith("  pattern:")  # line 13
+    assert len(lines) == 14
+
+
+def test_valid_spec_loads(tmp_path):
+    path = write(tmp_path, BASE)
+    loaded = load_spec(path)
+    assert isinstance(loaded, LoadedSpec)
+    spec = loaded.spec
+    assert spec.name == "arith"
+    assert spec.dataset.path == "data/x.jsonl"
+    assert spec.prompt == "Solve: {{ question }}\n"
+    assert [(m.provider, m.name) for m in spec.models] == [
+        ("anthropic", "claude-sonnet-4-6"),
+        ("openai_compatible", "qwen2.5-7b"),
+    ]
+    assert spec.models[1].base_url == "http://127.0.0.1:8000/v1"
+    assert spec.params.temperature == 0.0 and isinstance(spec.params.temperature, float)
+    assert spec.params.max_tokens == 64
+    assert isinstance(spec.scorer, RegexScorer)
+    assert spec.scorer.pattern == "Answer:\\s*{{ answer }}"
+    assert spec.scorer.flags == ["IGNORECASE"]
+    assert spec.scorer.field == "answer"
+    assert loaded.base_dir == tmp_path
+    assert loaded.resolve("data/x.jsonl") == (tmp_path / "data" / "x.jsonl").resolve()
+    assert spec.model("qwen2.5-7b") is spec.models[1]
+    with pytest.raises(KeyError, match="no model 'nope'"):
+        spec.model("nope")
+
+
+def test_load_spec_accepts_a_string_path(tmp_path):
+    path = write(tmp_path, BASE)
+    assert load_spec(str(path)).path == path
+
+
+def test_unknown_top_level_key(tmp_path):
+    path = write(tmp_path, BASE + "bogus: 1\n")
+    assert_error(load_error(path), path, 15, "bogus", "unknown key")
+    assert str(load_error(path)) == f"{path}:15: bogus: unknown key"
+
+
+def test_unknown_nested_key_on_its_own_line(tmp_path):
+    path = write(tmp_path, edit("  max_tokens: 64\n", "  max_tokens: 64\n  bogus: 1\n"))
+    err = load_error(path)
+    assert str(err) == f"{path}:11: params.bogus: unknown key"
+
+
+def test_unknown_key_inside_scorer_names_the_scorer_not_the_union_tag(tmp_path):
+    path = write(tmp_path, edit(REGEX_SCORER, "  type: exact\n  strip: true\n  bogus: 1\n"))
+    assert str(load_error(path)) == f"{path}:14: scorer.bogus: unknown key"
+
+
+def test_bad_enum_names_the_list_item_and_its_line(tmp_path):
+    text = edit("  flags: [IGNORECASE]\n", "  flags:\n    - IGNORECASE\n    - SHOUTING\n")
+    path = write(tmp_path, text)
+    err = load_error(path)
+    assert_error(err, path, 16, "scorer.flags[1]", "IGNORECASE")
+    assert "SHOUTING" not in err.field
+
+
+def test_bad_enum_in_a_flow_list(tmp_path):
+    path = write(tmp_path, edit("  flags: [IGNORECASE]\n", "  flags: [IGNORECASE, WRONG]\n"))
+    assert_error(load_error(path), path, 14, "scorer.flags[1]", "Input should be")
+
+
+def test_bad_provider_enum(tmp_path):
+    path = write(tmp_path, edit(MODEL_0, "  - {provider: anthropik, name: claude-sonnet-4-6}\n"))
+    assert_error(load_error(path), path, 6, "models[0].provider", "anthropic")
+
+
+def test_missing_required_key_is_named_under_its_parent(tmp_path):
+    path = write(tmp_path, edit("prompt: |\n  Solve: {{ question }}\n", ""))
+    err = load_error(path)
+    assert str(err) == f"{path}:1: prompt: Field required"
+
+
+def test_missing_key_inside_a_mapping_is_on_the_mapping_line(tmp_path):
+    path = write(tmp_path, edit("dataset: {path: data/x.jsonl}", "dataset: {}"))
+    assert str(load_error(path)) == f"{path}:2: dataset.path: Field required"
+
+
+def test_scorer_without_type(tmp_path):
+    path = write(tmp_path, edit("  type: regex\n", ""))
+    assert_error(load_error(path), path, 11, "scorer", "discriminator 'type'")
+
+
+def test_json_schema_scorer_without_a_schema_source(tmp_path):
+    path = write(tmp_path, edit(REGEX_SCORER, "  type: json_schema\n"))
+    assert_error(load_error(path), path, 11, "scorer", "exactly one of schema, schema_path, field")
+
+
+def test_json_schema_scorer_with_two_schema_sources(tmp_path):
+    scorer = "  type: json_schema\n  schema: {type: object}\n  field: schema\n"
+    path = write(tmp_path, edit(REGEX_SCORER, scorer))
+    assert_error(load_error(path), path, 11, "scorer", "exactly one of")
+
+
+def test_regex_pattern_with_bad_template_syntax(tmp_path):
+    path = write(tmp_path, edit("{{ answer }}'", "{{ answer }'"))
+    err = load_error(path)
+    assert_error(err, path, 13, "scorer.pattern", "template syntax error")
+    assert str(err).startswith(f"{path}:13: scorer.pattern: template syntax error")
+
+
+def test_openai_compatible_without_base_url(tmp_path):
+    path = write(tmp_path, edit(MODEL_1, "  - {provider: openai_compatible, name: qwen2.5-7b}\n"))
+    err = load_error(path)
+    assert str(err) == f"{path}:7: models[1]: openai_compatible needs base_url"
+
+
+def test_local_model_must_be_known(tmp_path):
+    path = write(tmp_path, edit(MODEL_1, "  - {provider: local, name: no-such-model}\n"))
+    assert_error(load_error(path), path, 7, "models[1]", "unknown local model 'no-such-model'")
+
+
+def test_duplicate_model_names(tmp_path):
+    path = write(tmp_path, edit(MODEL_1, "  - {provider: openai, name: claude-sonnet-4-6}\n"))
+    err = load_error(path)
+    assert_error(err, path, 5, "models", "model names must be unique")
+    assert "claude-sonnet-4-6" in err.message
+
+
+def test_empty_model_list(tmp_path):
+    path = write(tmp_path, edit("models:\n" + MODEL_0 + MODEL_1, "models: []\n"))
+    assert_error(load_error(path), path, 5, "models", "at least 1 item")
+
+
+def test_duplicate_yaml_keys(tmp_path):
+    path = write(tmp_path, BASE + "name: other\n")
+    err = load_error(path)
+    assert_error(err, path, 15, None, "duplicate key 'name'")
+
+
+def test_duplicate_nested_yaml_keys(tmp_path):
+    path = write(tmp_path, edit("  max_tokens: 64\n", "  max_tokens: 64\n  temperature: 1\n"))
+    assert_error(load_error(path), path, 11, None, "duplicate key 'temperature'")
+
+
+def test_invalid_yaml_syntax_names_its_line(tmp_path):
+    path = write(tmp_path, edit("dataset: {path: data/x.jsonl}", "dataset: {path: data/x.jsonl]"))
+    err = load_error(path)
+    assert_error(err, path, 2, None, "invalid YAML")
+
+
+def test_invalid_yaml_indentation(tmp_path):
+    path = write(tmp_path, edit("  max_tokens: 64\n", "  max_tokens: 64\n   top_p: 1\n"))
+    assert_error(load_error(path), path, 11, None, "invalid YAML")
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "", "# only a comment\n"])
+def test_non_mapping_document(tmp_path, text):
+    path = write(tmp_path, text)
+    assert_error(load_error(path), path, 1, None, "a spec must be a YAML mapping")
+
+
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "missing.yaml"
+    assert_error(load_error(path), path, None, None, "cannot read file")
+
+
+def test_numeric_pattern_without_the_named_group(tmp_path):
+    scorer = "  type: numeric\n  pattern: 'Answer: (\\d+)'\n"
+    path = write(tmp_path, edit(REGEX_SCORER, scorer))
+    err = load_error(path)
+    assert_error(err, path, 13, "scorer.pattern", "no named group 'value'")
+
+
+def test_numeric_pattern_with_a_custom_group(tmp_path):
+    scorer = "  type: numeric\n  pattern: 'Answer: (?P<n>\\d+)'\n  group: n\n"
+    loaded = load_spec(write(tmp_path, edit(REGEX_SCORER, scorer)))
+    assert isinstance(loaded.spec.scorer, NumericScorer)
+    assert loaded.spec.scorer.group == "n"
+    scorer = "  type: numeric\n  pattern: 'Answer: (?P<value>\\d+)'\n  group: n\n"
+    path = write(tmp_path, edit(REGEX_SCORER, scorer), "y.yaml")
+    assert_error(load_error(path), path, 13, "scorer.pattern", "no named group 'n'")
+
+
+def test_numeric_pattern_that_does_not_compile(tmp_path):
+    scorer = "  type: numeric\n  pattern: '(?P<value>\\d+'\n"
+    path = write(tmp_path, edit(REGEX_SCORER, scorer))
+    assert_error(load_error(path), path, 13, "scorer.pattern", "does not compile")
+
+
+def test_numeric_negative_tolerance(tmp_path):
+    path = write(tmp_path, edit(REGEX_SCORER, "  type: numeric\n  abs_tol: -1\n"))
+    assert_error(load_error(path), path, 13, "scorer.abs_tol", "greater than or equal to 0")
+
+
+def test_json_schema_scorer_with_an_invalid_schema(tmp_path):
+    scorer = "  type: json_schema\n  schema:\n    type: 12\n"
+    path = write(tmp_path, edit(REGEX_SCORER, scorer))
+    err = load_error(path)
+    assert_error(err, path, 13, "scorer.schema", "not a valid Draft 2020-12 schema")
+
+
+def test_json_schema_scorer_with_a_valid_schema(tmp_path):
+    scorer = "  type: json_schema\n  schema: {type: object, required: [a]}\n"
+    loaded = load_spec(write(tmp_path, edit(REGEX_SCORER, scorer)))
+    assert isinstance(loaded.spec.scorer, JsonSchemaScorer)
+    assert loaded.spec.scorer.json_schema == {"type": "object", "required": ["a"]}
+
+
+def test_jinja_syntax_error_in_prompt(tmp_path):
+    path = write(tmp_path, edit("Solve: {{ question }}", "Solve: {{ question }"))
+    err = load_error(path)
+    assert_error(err, path, 3, "prompt", "template syntax error")
+
+
+def test_jinja_syntax_error_in_system(tmp_path):
+    path = write(tmp_path, edit("prompt: |\n", "system: '{% if %}'\nprompt: |\n"))
+    assert_error(load_error(path), path, 3, "system", "template syntax error")
+
+
+def test_bad_spec_name(tmp_path):
+    path = write(tmp_path, edit("name: arith", "name: 'two words'"))
+    assert_error(load_error(path), path, 1, "name", "should match pattern")
+
+
+def test_multiple_errors_are_reported_together_sorted_by_line(tmp_path):
+    # Written so that pydantic's order (name, prompt, models, params, scorer) is not the
+    # file's order: the sort by line is what puts them right.
+    text = """\
+scorer:
+  type: regex
+  pattern: '{{ answer }'
+params:
+  bogus: 1
+models:
+  - {provider: anthropic, name: a}
+  - {provider: openai_compatible, name: b}
+prompt: 'Solve {{ question }'
+dataset: {path: d.jsonl}
+name: 'bad name'
+"""
+    path = write(tmp_path, text)
+    with pytest.raises(InputErrors) as info:
+        load_spec(path)
+    errors = info.value.errors
+    got = [(e.line, e.field) for e in errors]
+    assert got == [
+        (3, "scorer.pattern"),
+        (5, "params.bogus"),
+        (8, "models[1]"),
+        (9, "prompt"),
+        (11, "name"),
+    ]
+    assert all(e.path == str(path) for e in errors)
+    assert str(info.value) == "\n".join(str(e) for e in errors)
+    assert str(info.value).splitlines()[0].startswith(f"{path}:3: scorer.pattern: ")
