@@ -111,7 +111,8 @@ def warm_ratios(n: int, workdir: Path, url: str, repeats: int = 3) -> None:
     )
     print(f"warm re-run of {n} cached samples / `gradetrail --version` = {warm / version:.2f}")
     print(
-        f"scorer-only re-score of {n} cached samples / `gradetrail --version` = {rescore / version:.2f}"
+        f"scorer-only re-score of {n} cached samples / `gradetrail --version` = "
+        f"{rescore / version:.2f}"
     )
 
 

@@ -44,6 +44,15 @@ class Params(_Strict):
     # Provider-specific body fields (e.g. llama.cpp's repeat_penalty), sent as given.
     extra: dict[str, JsonValue] = Field(default_factory=dict)
 
+    @field_validator("extra")
+    @classmethod
+    def _no_shadowing(cls, extra: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        reserved = {*cls.model_fields, "model", "messages", "system", "stream"} - {"extra"}
+        clash = sorted(reserved & set(extra))
+        if clash:
+            raise ValueError(f"{', '.join(clash)} cannot be set through extra")
+        return extra
+
 
 class ModelConfig(_Strict):
     provider: ProviderName

@@ -77,7 +77,7 @@ def test_non_object_line(tmp_path, line):
 
 @pytest.mark.parametrize(("value", "message"), [("true", "string or an integer"), ('""', "empty")])
 def test_bad_id_values(tmp_path, value, message):
-    err = load_error(write_lines(tmp_path, ['{"id": %s}' % value]))
+    err = load_error(write_lines(tmp_path, ['{"id": ' + value + "}"]))
     assert (err.line, err.field) == (1, "id")
     assert message in err.message
 

@@ -37,7 +37,9 @@ def test_system_and_user_messages():
 
 
 def test_user_message_only_without_system():
-    messages = PromptRenderer(make_spec("Q: {{ question }}")).messages(sample(question="x"), DATASET)
+    messages = PromptRenderer(make_spec("Q: {{ question }}")).messages(
+        sample(question="x"), DATASET
+    )
     assert messages == [{"role": "user", "content": "Q: x"}]
 
 

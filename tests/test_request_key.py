@@ -65,21 +65,25 @@ def test_null_base_url_is_pinned_too():
     )
     digest = "3bec625b12fee5e8b72411faab3b80fc1184919a5ffe9eb16dabb873390a742d"
     assert hashlib.sha256(literal.encode()).hexdigest() == digest
-    assert request_key("openai", "m", None, [{"role": "user", "content": "hi"}], {"max_tokens": 8}) == (
-        digest
-    )
+    assert request_key(
+        "openai", "m", None, [{"role": "user", "content": "hi"}], {"max_tokens": 8}
+    ) == (digest)
 
 
 def test_spec_params_reach_the_key_as_floats_with_none_left_out():
     params = request_params(Params.model_validate({"temperature": 0, "max_tokens": 64}))
     assert params == {"temperature": 0.0, "max_tokens": 64}
     assert isinstance(params["temperature"], float)
-    key = request_key("openai_compatible", "qwen2.5-7b", "http://127.0.0.1:8000/v1", MESSAGES, params)
+    key = request_key(
+        "openai_compatible", "qwen2.5-7b", "http://127.0.0.1:8000/v1", MESSAGES, params
+    )
     assert key == CANONICAL_SHA256
 
 
 def test_extra_params_are_merged_into_params():
-    params = request_params(Params.model_validate({"max_tokens": 8, "extra": {"repeat_penalty": 1.1}}))
+    params = request_params(
+        Params.model_validate({"max_tokens": 8, "extra": {"repeat_penalty": 1.1}})
+    )
     assert params == {"max_tokens": 8, "repeat_penalty": 1.1}
 
 
@@ -146,8 +150,16 @@ def test_key_does_not_change_with_the_scorer(spec_dir):
         {"params": {"temperature": 0, "max_tokens": 65}},
         {"params": {"temperature": 0, "max_tokens": 64, "seed": 1}},
         {"params": {"temperature": 0, "max_tokens": 64, "extra": {"top_k": 1}}},
-        {"models": [{"provider": "openai_compatible", "name": "qwen2", "base_url": "http://h:1/v1"}]},
-        {"models": [{"provider": "openai_compatible", "name": "qwen", "base_url": "http://h:2/v1"}]},
+        {
+            "models": [
+                {"provider": "openai_compatible", "name": "qwen2", "base_url": "http://h:1/v1"}
+            ]
+        },
+        {
+            "models": [
+                {"provider": "openai_compatible", "name": "qwen", "base_url": "http://h:2/v1"}
+            ]
+        },
         {"models": [{"provider": "openai", "name": "qwen", "base_url": "http://h:1/v1"}]},
     ],
     ids=["prompt", "system", "temperature", "max_tokens", "seed", "extra", "model", "url", "prov"],

@@ -98,12 +98,13 @@ def test_regex_template_is_rendered_per_sample():
 
 def test_regex_inserted_values_are_escaped():
     s = scorer(ANSWER)
-    assert s.score("Answer: 385", sample(answer="3.5")).value == 0.0
-    assert s.score("Answer: 3.5", sample(answer="3.5")).value == 1.0
-    assert s.score("Answer: 3.5", sample(answer=3.5)).value == 1.0
-    assert s.score("Answer: (a)", sample(answer="(a)")).value == 1.0
-    assert s.score("Answer: a", sample(answer="(a)")).value == 0.0
-    assert s.score("Answer: aaa", sample(answer="a+")).value == 0.0
+    assert s.score("Answer: 385", sample("a", answer="3.5")).value == 0.0
+    assert s.score("Answer: 3.5", sample("a", answer="3.5")).value == 1.0
+    assert s.score("Answer: 3.5", sample("b", answer=3.5)).value == 1.0
+    assert s.score("Answer: (a)", sample("c", answer="(a)")).value == 1.0
+    assert s.score("Answer: a", sample("c", answer="(a)")).value == 0.0
+    assert s.score("Answer: aaa", sample("d", answer="a+")).value == 0.0
+    assert s.score("Answer: a+", sample("d", answer="a+")).value == 1.0
 
 
 def test_regex_flags():

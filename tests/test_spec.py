@@ -32,7 +32,9 @@ scorer:
 """
 
 MODEL_0 = "  - {provider: anthropic, name: claude-sonnet-4-6}\n"
-MODEL_1 = "  - {provider: openai_compatible, name: qwen2.5-7b, base_url: http://127.0.0.1:8000/v1}\n"
+MODEL_1 = (
+    "  - {provider: openai_compatible, name: qwen2.5-7b, base_url: http://127.0.0.1:8000/v1}\n"
+)
 REGEX_SCORER = "  type: regex\n  pattern: 'Answer:\\s*{{ answer }}'\n  flags: [IGNORECASE]\n"
 
 
@@ -124,7 +126,7 @@ def test_bad_enum_names_the_list_item_and_its_line(tmp_path):
     path = write(tmp_path, text)
     err = load_error(path)
     assert_error(err, path, 16, "scorer.flags[1]", "IGNORECASE")
-    assert "SHOUTING" not in err.field
+    assert "SHOUTING" not in str(err.field)
 
 
 def test_bad_enum_in_a_flow_list(tmp_path):

@@ -9,7 +9,11 @@ from gradetrail_lib.scorers.base import Score, clip, field_value
 from gradetrail_lib.spec import NumericScorer
 
 # Thousands separators allowed only in groups of three: "1,234.5" but not "1,2".
-NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
+# A sign counts only where it cannot be a hyphen: "pages 10-12" ends with 12, not -12.
+_SIGN = r"(?:(?<![\w.])[-+])?"
+NUMBER = re.compile(
+    rf"{_SIGN}(?:\d{{1,3}}(?:,\d{{3}})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|{_SIGN}\.\d+"
+)
 
 
 def parse_number(text: str) -> float | None:

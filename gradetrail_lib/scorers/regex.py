@@ -19,7 +19,8 @@ class RegexMatch:
             Template(config.pattern, "scorer.pattern", _ENV) if config.pattern is not None else None
         )
         self._flags = reduce(lambda acc, f: acc | getattr(re, f), config.flags, re.NOFLAG)
-        # re's own cache holds 512 patterns; a dataset has a pattern per sample.
+        # re's own cache holds 512 patterns; a dataset has one per sample, compiled once
+        # for check() before the calls and reused by score() after.
         self._compiled: dict[str, re.Pattern[str]] = {}
 
     def compile(self, sample: Sample, dataset_path: str = "dataset") -> re.Pattern[str]:

@@ -1,0 +1,1 @@
+"""One module per `gradetrail` subcommand; each has `register(subparsers)`."""

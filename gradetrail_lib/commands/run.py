@@ -1,0 +1,88 @@
+"""`gradetrail run SPEC`: the whole pipeline for one spec, one run directory per model."""
+
+import argparse
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gradetrail_lib.backends import Backend, LocalBackend
+from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.commands.progress import ProgressBar
+from gradetrail_lib.errors import GradetrailError
+from gradetrail_lib.pipeline import default_cache_path, fetch_responses, plan, score_all
+from gradetrail_lib.pricing import load_prices
+from gradetrail_lib.rundir import build_manifest, write_run_dir
+from gradetrail_lib.spec import load_spec
+from gradetrail_lib.summary import format_summary, summarize
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    run = commands.add_parser("run", help="run an eval spec")
+    run.add_argument("spec", type=Path)
+    run.add_argument("--model", help="run only this model of the spec")
+    run.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    run.add_argument(
+        "--results",
+        type=Path,
+        default=Path(os.environ.get("GRADETRAIL_RESULTS", "results")),
+        help="where run directories go (env GRADETRAIL_RESULTS; default ./results)",
+    )
+    run.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="response cache file (env GRADETRAIL_CACHE; default .gradetrail/cache.duckdb)",
+    )
+    run.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="do not read the cache (every request is sent); responses are still stored",
+    )
+    run.set_defaults(handler=run_command)
+
+
+def make_backend(args: argparse.Namespace) -> Backend:
+    if args.concurrency < 1:
+        raise GradetrailError("--concurrency must be at least 1")
+    return LocalBackend(concurrency=args.concurrency)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    loaded = load_spec(args.spec)
+    spec = loaded.spec
+    models = [spec.model(args.model)] if args.model else list(spec.models)
+    plans = [plan(loaded, m) for m in models]  # every input error is found before any call
+    backend = make_backend(args)
+    cache = ResponseCache(args.cache or default_cache_path())
+    prices = load_prices()
+    any_scored = False
+    for eval_plan in plans:
+        started_at, started = datetime.now(UTC), time.perf_counter()
+        label = f"{spec.name}/{eval_plan.model.name}"
+        responses = fetch_responses(
+            eval_plan, cache, backend, read_cache=not args.no_cache, progress=ProgressBar(label)
+        )
+        scoring_started = time.perf_counter()
+        rows = score_all(eval_plan, responses, prices)
+        summary = summarize(rows)
+        wall = time.perf_counter() - started
+        timings = {
+            "responses": responses.wall_s,
+            "scoring": time.perf_counter() - scoring_started,
+            "total": wall,
+        }
+        manifest = build_manifest(
+            eval_plan, responses, summary, backend.describe(), prices, timings, started_at
+        )
+        run_dir = write_run_dir(args.results, rows, manifest)
+        any_scored = any_scored or summary.any_scored
+        print(f"Run: {label} -> {run_dir}", file=out)
+        print(format_summary(summary, wall), file=out)
+        for warning in manifest["warnings"]:
+            print(f"Warning: {warning}", file=out)
+    return EXIT_OK if any_scored else EXIT_FAILED
