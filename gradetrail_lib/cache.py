@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 
+from gradetrail_lib.duckdb_rows import Column, insert_rows
 from gradetrail_lib.errors import GradetrailError
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.request import ModelRequest
@@ -41,23 +42,12 @@ CREATE TABLE IF NOT EXISTS responses (
 )
 """
 
-_COLUMNS = (
-    "key, provider, model, served_model, text, stop_reason, input_tokens, output_tokens,"
-    " latency_s, attempts, raw"
-)
-_COLUMN_TYPES = (
-    "VARCHAR",
-    "VARCHAR",
-    "VARCHAR",
-    "VARCHAR",
-    "VARCHAR",
-    "VARCHAR",
-    "BIGINT",
-    "BIGINT",
-    "DOUBLE",
-    "INTEGER",
-    "VARCHAR",
-)
+_COLUMNS: list[Column] = [
+    ("key", "VARCHAR"), ("provider", "VARCHAR"), ("model", "VARCHAR"),
+    ("served_model", "VARCHAR"), ("text", "VARCHAR"), ("stop_reason", "VARCHAR"),
+    ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("latency_s", "DOUBLE"),
+    ("attempts", "INTEGER"), ("raw", "VARCHAR"),
+]  # fmt: skip
 
 
 class CacheLocked(GradetrailError):
@@ -141,13 +131,8 @@ class ResponseCache:
             ]
             for request, response in items
         ]
-        # Column arrays and unnest: DuckDB's executemany costs milliseconds per row.
-        columns = [list(column) for column in zip(*rows, strict=True)]
-        selects = ", ".join(f"unnest(${i + 1}::{kind}[])" for i, kind in enumerate(_COLUMN_TYPES))
         with open_connection(self.path) as connection:
-            connection.execute(
-                f"INSERT OR IGNORE INTO responses ({_COLUMNS}) SELECT {selects}", columns
-            )
+            insert_rows(connection, "responses", _COLUMNS, rows, or_ignore=True)
 
     def count(self) -> int:
         with open_connection(self.path) as connection:

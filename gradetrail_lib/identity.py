@@ -6,10 +6,14 @@ bytes and every file a scorer or judge reads.
 """
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.request import key_base_url, request_params
 from gradetrail_lib.spec import JsonSchemaScorer, LoadedSpec, ModelConfig, spec_document_fields
+
+if TYPE_CHECKING:  # pipeline imports this module's neighbours; avoid a cycle at run time
+    from gradetrail_lib.pipeline import Responses, ResultRow
 
 
 def spec_hash(loaded: LoadedSpec) -> str:
@@ -57,3 +61,25 @@ def run_identity(loaded: LoadedSpec, dataset_hash: str) -> str:
             "files": file_hashes(scorer_files(loaded)),
         }
     )
+
+
+def spec_requests_hash(loaded: LoadedSpec) -> str:
+    """What enters the requests of every model of the spec (partitions share a code version)."""
+    return hash_json(sorted(requests_hash(loaded, m) for m in loaded.spec.models))
+
+
+def responses_fingerprint(responses: "Responses") -> str:
+    """A content hash of a responses step's output (its data version)."""
+    return hash_json(
+        {
+            "ok": sorted(
+                (k, sha256_hex(r.text), r.stop_reason) for k, r in responses.responses.items()
+            ),
+            "failed": sorted((k, e.message) for k, e in responses.errors.items()),
+        }
+    )
+
+
+def rows_fingerprint(rows: "list[ResultRow]") -> str:
+    """A content hash of scored rows (the scores step's data version)."""
+    return hash_json([(r.id, r.request_key, r.score, r.reason, r.outcome) for r in rows])

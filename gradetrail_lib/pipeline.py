@@ -90,6 +90,8 @@ class Responses:
     cache_hits: set[str] = field(default_factory=set)
     calls: int = 0
     wall_s: float = 0.0
+    # How the misses were sent (the backend's describe()), for the manifest.
+    execution: dict[str, object] = field(default_factory=dict)
 
 
 @contextmanager
@@ -115,7 +117,7 @@ def fetch_responses(
 ) -> Responses:
     """Look every key up; call the provider for the misses only, caching each on arrival."""
     started = time.perf_counter()
-    result = Responses()
+    result = Responses(execution=backend.describe())
     unique: dict[str, ModelRequest] = {}
     for item in plan.items:
         unique.setdefault(item.request.key, item.request)

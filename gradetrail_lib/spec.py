@@ -1,5 +1,6 @@
 """The eval spec: a YAML file validated with pydantic, unknown keys rejected."""
 
+import fnmatch
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -205,9 +206,17 @@ class Spec(_Strict):
         return models
 
     def model(self, name: str) -> ModelConfig:
+        """A model of the spec, or one its `watch` found (same provider settings)."""
         for m in self.models:
             if m.name == name:
                 return m
+        if self.watch is not None and fnmatch.fnmatchcase(name, self.watch.match):
+            return ModelConfig(
+                provider=self.watch.provider,
+                name=name,
+                base_url=self.watch.base_url,
+                api_key_env=self.watch.api_key_env,
+            )
         known = ", ".join(m.name for m in self.models)
         raise KeyError(f"spec {self.name!r} has no model {name!r} (models: {known})")
 

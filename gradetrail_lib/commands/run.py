@@ -11,11 +11,10 @@ from gradetrail_lib.backends import Backend, LocalBackend
 from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.errors import GradetrailError
-from gradetrail_lib.pipeline import default_cache_path, fetch_responses, plan, score_all
-from gradetrail_lib.pricing import load_prices
-from gradetrail_lib.rundir import build_manifest, write_run_dir
+from gradetrail_lib.pipeline import default_cache_path, fetch_responses, plan
+from gradetrail_lib.run import complete_run
 from gradetrail_lib.spec import load_spec
-from gradetrail_lib.summary import format_summary, summarize
+from gradetrail_lib.summary import format_summary
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -59,7 +58,6 @@ def run_command(args: argparse.Namespace) -> int:
     plans = [plan(loaded, m) for m in models]  # every input error is found before any call
     backend = make_backend(args)
     cache = ResponseCache(args.cache or default_cache_path())
-    prices = load_prices()
     any_scored = False
     for eval_plan in plans:
         started_at, started = datetime.now(UTC), time.perf_counter()
@@ -67,22 +65,10 @@ def run_command(args: argparse.Namespace) -> int:
         responses = fetch_responses(
             eval_plan, cache, backend, read_cache=not args.no_cache, progress=ProgressBar(label)
         )
-        scoring_started = time.perf_counter()
-        rows = score_all(eval_plan, responses, prices)
-        summary = summarize(rows)
-        wall = time.perf_counter() - started
-        timings = {
-            "responses": responses.wall_s,
-            "scoring": time.perf_counter() - scoring_started,
-            "total": wall,
-        }
-        manifest = build_manifest(
-            eval_plan, responses, summary, backend.describe(), prices, timings, started_at
-        )
-        run_dir = write_run_dir(args.results, rows, manifest)
-        any_scored = any_scored or summary.any_scored
-        print(f"Run: {label} -> {run_dir}", file=out)
-        print(format_summary(summary, wall), file=out)
-        for warning in manifest["warnings"]:
+        done = complete_run(eval_plan, responses, args.results, started_at=started_at)
+        any_scored = any_scored or done.summary.any_scored
+        print(f"Run: {label} -> {done.run_dir}", file=out)
+        print(format_summary(done.summary, time.perf_counter() - started), file=out)
+        for warning in done.manifest["warnings"]:
             print(f"Warning: {warning}", file=out)
     return EXIT_OK if any_scored else EXIT_FAILED

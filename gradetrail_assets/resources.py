@@ -1,0 +1,57 @@
+"""Resources: where the cache, tables and run directories live, and how requests are sent."""
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from gradetrail_lib.backends import Backend, LocalBackend
+from gradetrail_lib.cache import ResponseCache
+
+DEFAULT_DATABASE = ".gradetrail/gradetrail.duckdb"
+
+
+class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """Settings of the engine. The response cache and the result tables share one DuckDB
+    file by default (`database`), as the DuckDB resource is configured with it too."""
+
+    database: str = DEFAULT_DATABASE
+    results_dir: str = "results"
+    backend: str = "local"
+    concurrency: int = 8
+    workers: int = 2
+    ray_address: str | None = None
+    max_provider_error_rate: float = 0.05
+    max_truncation_rate: float = 0.10
+
+    def cache(self) -> ResponseCache:
+        return ResponseCache(Path(self.database))
+
+    def results_root(self) -> Path:
+        return Path(self.results_dir)
+
+    def make_backend(self) -> Backend:
+        if self.backend == "local":
+            return LocalBackend(concurrency=self.concurrency)
+        if self.backend == "ray":
+            from gradetrail_lib.backends.ray_backend import RayBackend
+
+            return RayBackend(  # type: ignore[no-any-return]
+                workers=self.workers, concurrency=self.concurrency, address=self.ray_address
+            )
+        raise ValueError(f"unknown backend {self.backend!r} (local or ray)")
+
+
+def settings_from_environment() -> GradetrailResource:
+    """The resource as the environment configures it (GRADETRAIL_* variables)."""
+    env = os.environ
+    return GradetrailResource(
+        database=env.get("GRADETRAIL_DATABASE", env.get("GRADETRAIL_CACHE", DEFAULT_DATABASE)),
+        results_dir=env.get("GRADETRAIL_RESULTS", "results"),
+        backend=env.get("GRADETRAIL_BACKEND", "local"),
+        concurrency=int(env.get("GRADETRAIL_CONCURRENCY", "8")),
+        workers=int(env.get("GRADETRAIL_WORKERS", "2")),
+        ray_address=env.get("RAY_ADDRESS") or None,
+        max_provider_error_rate=float(env.get("GRADETRAIL_MAX_PROVIDER_ERROR_RATE", "0.05")),
+        max_truncation_rate=float(env.get("GRADETRAIL_MAX_TRUNCATION_RATE", "0.10")),
+    )
