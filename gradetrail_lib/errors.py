@@ -28,3 +28,7 @@ class InputErrors(GradetrailError):
 
 class RunAborted(GradetrailError):
     """The run stopped early, e.g. after repeated identical fatal provider errors."""
+
+
+class NotComparable(GradetrailError):
+    """Two result sets cannot be paired: different samples, scorer or dataset."""

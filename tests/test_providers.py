@@ -772,3 +772,22 @@ def test_parse_openai_duration(value: str, expected: float | None) -> None:
 def test_seconds_until(value: str, expected: float | None) -> None:
     got = seconds_until(value, now=NOW)
     assert got == expected if expected is None else got == pytest.approx(expected)
+
+
+def test_provider_error_survives_pickling() -> None:
+    # Ray workers return errors pickled; the message may have been extended after
+    # construction, and the signature decides the abort rule in the driver.
+    import pickle
+
+    error = ProviderError("transient", "HTTP 503: overloaded", 503, retry_after_s=1.5)
+    error.message = f"{error.message} (after 6 attempts)"
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is ProviderError
+    assert (copy.kind, copy.message, copy.status, copy.retry_after_s) == (
+        "transient",
+        "HTTP 503: overloaded (after 6 attempts)",
+        503,
+        1.5,
+    )
+    assert str(copy) == error.message
+    assert copy.signature == error.signature

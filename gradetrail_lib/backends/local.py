@@ -1,20 +1,13 @@
-"""The asyncio backend: C worker tasks in this process.
-
-One httpx.AsyncClient slows down sharply with many requests in flight (see
-notes/FACTS.md: 3.1x the floor at 64), so the workers are spread over several clients,
-each with a small connection pool.
-"""
+"""The asyncio backend: C worker tasks in this process, over a sharded ClientPool."""
 
 import asyncio
-import math
 from collections.abc import Iterator, Sequence
 
-import httpx
-
 from gradetrail_lib.backends.base import ResultCallback
+from gradetrail_lib.backends.clients import ClientPool
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.caller import AbortTracker, RetryPolicy, call_model
+from gradetrail_lib.providers.caller import AbortTracker, RetryPolicy
 from gradetrail_lib.request import ModelRequest
 
 
@@ -47,32 +40,25 @@ class LocalBackend:
 
     async def run_async(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
         workers = min(self.concurrency, len(requests))
-        n_clients = math.ceil(workers / self.requests_per_client)
-        limits = httpx.Limits(
-            max_connections=self.requests_per_client,
-            max_keepalive_connections=self.requests_per_client,
-        )
-        clients = [httpx.AsyncClient(limits=limits) for _ in range(n_clients)]
+        pool = ClientPool(workers, self.requests_per_client)
         tracker = AbortTracker(self.policy.abort_after_identical)
         pending: Iterator[ModelRequest] = iter(requests)
 
-        async def worker(client: httpx.AsyncClient) -> None:
+        async def worker() -> None:
             # One shared iterator: asyncio runs one worker at a time between awaits.
             for request in pending:
-                try:
-                    response = await call_model(client, request, self.policy)
-                except ProviderError as error:
-                    on_result(request, error)
-                    tracker.failure(error)
+                outcome = await pool.send(request, self.policy)
+                on_result(request, outcome)
+                if isinstance(outcome, ProviderError):
+                    tracker.failure(outcome)
                 else:
                     tracker.success()
-                    on_result(request, response)
 
         try:
             async with asyncio.TaskGroup() as group:
-                for i in range(workers):
-                    group.create_task(worker(clients[i % n_clients]))
+                for _ in range(workers):
+                    group.create_task(worker())
         except* RunAborted as aborted:
             raise aborted.exceptions[0] from None
         finally:
-            await asyncio.gather(*(c.aclose() for c in clients))
+            await pool.aclose()

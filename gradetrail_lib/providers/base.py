@@ -55,6 +55,12 @@ class ProviderError(Exception):
         # `message` may be extended after construction ("... (after N attempts)").
         return self.message
 
+    def __reduce__(self) -> tuple[type["ProviderError"], tuple[object, ...]]:
+        # Ray workers send errors back pickled. Exception's default reduce rebuilds from
+        # `args` (the first message only), which does not fit __init__ and would drop a
+        # message extended later; rebuild from the current fields instead.
+        return (type(self), (self.kind, self.message, self.status, self.retry_after_s))
+
     @property
     def signature(self) -> tuple[int | None, str]:
         """Two errors with equal signatures are "identical" for the abort rule."""

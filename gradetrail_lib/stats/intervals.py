@@ -1,0 +1,191 @@
+"""Confidence intervals: a proportion (Wilson, or exact Clopper-Pearson) and a mean
+(bootstrap). Every estimate carries its n.
+
+The arithmetic is scipy's (`binomtest(...).proportion_ci`, `bootstrap`); this module
+only decides which applies and what to do where they have nothing to say:
+
+* a mean of binary scores is a proportion, so it gets the proportion's interval
+  rather than a bootstrap that would disagree with the pass rate for the same number;
+* when every value is the same (n = 1 included) a bootstrap collapses to a point,
+  which claims certainty the data do not have. Instead: with confidence c, at least a
+  share p (the binomial interval's lower end for n of n) of the population has the
+  observed value v, and the rest may lie anywhere in the score range [lo, hi]; so the
+  mean lies in [v*p + lo*(1-p), v*p + hi*(1-p)]. For binary values this is exactly the
+  proportion's interval for 0/n or n/n; for a difference of zero on n pairs it is a
+  band around zero that shrinks as n grows.
+"""
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy.stats import binomtest, bootstrap
+
+ProportionMethod = Literal["wilson", "exact"]
+PROPORTION_METHODS: tuple[ProportionMethod, ...] = ("wilson", "exact")
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    confidence: float
+    # "wilson", "exact", "bootstrap-bca", "bootstrap-percentile", or "<method>-bound"
+    # (the all-values-equal case above).
+    method: str
+
+    def contains(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+    def format(self, digits: int = 3) -> str:
+        return f"[{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "method": self.method,
+        }
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure with its n; `value` and `interval` are None when n is 0."""
+
+    value: float | None
+    n: int
+    interval: Interval | None
+    successes: int | None = None  # for proportions: k of k/n
+
+    def format(self, digits: int = 3) -> str:
+        if self.value is None or self.interval is None:
+            return f"n/a (n={self.n})"
+        return f"{self.value:.{digits}f} {self.interval.format(digits)} (n={self.n})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "n": self.n,
+            "successes": self.successes,
+            "interval": self.interval.to_json() if self.interval else None,
+        }
+
+
+@dataclass(frozen=True)
+class BootstrapSettings:
+    """9,999 resamples (scipy's default) from a fixed seed, so the same rows always give
+    the same interval. BCa corrects bias and skew but its jackknife costs O(n^2), so
+    above `bca_max_n` values the percentile method is used (at that n the two agree)."""
+
+    n_resamples: int = 9999
+    seed: int = 0
+    bca_max_n: int = 2000
+
+
+def check_confidence(confidence: float) -> float:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be strictly between 0 and 1, not {confidence}")
+    return confidence
+
+
+def proportion_interval(
+    k: int, n: int, confidence: float = DEFAULT_CONFIDENCE, method: ProportionMethod = "wilson"
+) -> Interval:
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    if method not in PROPORTION_METHODS:
+        raise ValueError(f"method must be one of {PROPORTION_METHODS}, not {method!r}")
+    ci = binomtest(k, n).proportion_ci(confidence_level=check_confidence(confidence), method=method)
+    return Interval(float(ci.low), float(ci.high), confidence, method)
+
+
+def proportion(
+    k: int, n: int, confidence: float = DEFAULT_CONFIDENCE, method: ProportionMethod = "wilson"
+) -> Estimate:
+    if n == 0:
+        return Estimate(None, 0, None, 0)
+    return Estimate(k / n, n, proportion_interval(k, n, confidence, method), k)
+
+
+def mean_interval(
+    values: Sequence[float],
+    confidence: float = DEFAULT_CONFIDENCE,
+    *,
+    bounds: tuple[float, float] = (0.0, 1.0),
+    method: ProportionMethod = "wilson",
+    settings: BootstrapSettings | None = None,
+) -> Interval:
+    """Interval for the mean of values known to lie within `bounds`."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("no values")
+    lo, hi = bounds
+    first = values[0]
+    if all(v == first for v in values):
+        share = proportion_interval(n, n, confidence, method).low
+        return Interval(
+            first * share + lo * (1 - share),
+            first * share + hi * (1 - share),
+            confidence,
+            f"{method}-bound",
+        )
+    if bounds == (0.0, 1.0) and all(v in (0.0, 1.0) for v in values):
+        return proportion_interval(sum(1 for v in values if v == 1.0), n, confidence, method)
+    return _bootstrap_mean(values, confidence, bounds, settings or BootstrapSettings())
+
+
+def _bootstrap_mean(
+    values: Sequence[float],
+    confidence: float,
+    bounds: tuple[float, float],
+    settings: BootstrapSettings,
+) -> Interval:
+    data = np.asarray(values, dtype=float)
+    methods = ["BCa", "percentile"] if len(data) <= settings.bca_max_n else ["percentile"]
+    low = high = math.nan
+    for name in methods:
+        with warnings.catch_warnings():
+            # BCa warns (and returns NaN) on data it cannot correct, e.g. a single
+            # outlier among equal values; the percentile method is the fallback.
+            warnings.simplefilter("ignore")
+            result = bootstrap(
+                (data,),
+                np.mean,
+                confidence_level=check_confidence(confidence),
+                n_resamples=settings.n_resamples,
+                method=name,
+                vectorized=True,
+                # Resamples are n floats each; batching bounds memory at ~40 MB.
+                batch=max(1, 5_000_000 // len(data)),
+                rng=np.random.default_rng(settings.seed),
+            )
+        low, high = (float(x) for x in result.confidence_interval)
+        if math.isfinite(low) and math.isfinite(high):
+            break
+    # Resampled means cannot leave the range, but float sums can by an ulp; and were
+    # both methods to give NaN, max/min with NaN yield the whole range: honest, if wide.
+    lo, hi = bounds
+    return Interval(
+        max(lo, low), min(hi, high), confidence, f"bootstrap-{name.lower()}"
+    )
+
+
+def mean_estimate(
+    values: Sequence[float],
+    confidence: float = DEFAULT_CONFIDENCE,
+    *,
+    bounds: tuple[float, float] = (0.0, 1.0),
+    method: ProportionMethod = "wilson",
+    settings: BootstrapSettings | None = None,
+) -> Estimate:
+    if not values:
+        return Estimate(None, 0, None)
+    interval = mean_interval(
+        values, confidence, bounds=bounds, method=method, settings=settings
+    )
+    return Estimate(float(np.mean(values)), len(values), interval)

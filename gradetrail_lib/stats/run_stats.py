@@ -1,0 +1,147 @@
+"""The figures for one result set: pass rate and mean score with intervals, outcome
+and failure-mode counts, tokens, cost and latency percentiles.
+
+How samples that were not scored count (provider or scorer error): they are failures
+in the pass rate, whose n is every sample, and they are left out of the mean score,
+whose n is the scored samples only; `unscored` reports how many there were, so
+neither figure hides them.
+"""
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradetrail_lib.pricing import sum_costs
+from gradetrail_lib.stats.intervals import (
+    DEFAULT_CONFIDENCE,
+    BootstrapSettings,
+    Estimate,
+    ProportionMethod,
+    mean_estimate,
+    proportion,
+)
+from gradetrail_lib.stats.records import DEFAULT_THRESHOLD, RowLike, records
+
+OUTCOMES = ("scored", "provider_error", "scorer_error")
+LATENCY_PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Seconds per answered call. A cache hit carries the latency of the call that
+    paid for it, so the figures describe the model, not how warm the cache was."""
+
+    n: int
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n": self.n, "p50": self.p50, "p90": self.p90, "p99": self.p99}
+
+
+@dataclass(frozen=True)
+class RunStats:
+    samples: int
+    outcomes: dict[str, int]
+    failure_modes: dict[str, int]
+    unscored: int
+    truncated: int
+    threshold: float
+    pass_rate: Estimate
+    mean_score: Estimate
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    latency: Latency
+    cache_hits: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "outcomes": self.outcomes,
+            "failure_modes": self.failure_modes,
+            "unscored": self.unscored,
+            "truncated": self.truncated,
+            "threshold": self.threshold,
+            "pass_rate": self.pass_rate.to_json(),
+            "mean_score": self.mean_score.to_json(),
+            "tokens": {"input": self.input_tokens, "output": self.output_tokens},
+            "cost_usd": self.cost_usd,
+            "latency_s": self.latency.to_json(),
+            "cache_hits": self.cache_hits,
+        }
+
+
+def latency_of(values: Sequence[float]) -> Latency:
+    if not values:
+        return Latency(0, None, None, None)
+    p50, p90, p99 = (float(x) for x in np.percentile(values, LATENCY_PERCENTILES))
+    return Latency(len(values), p50, p90, p99)
+
+
+def run_stats(
+    rows: Sequence[RowLike],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+    method: ProportionMethod = "wilson",
+    settings: BootstrapSettings | None = None,
+) -> RunStats:
+    recs = records(rows)
+    outcomes = Counter(r.outcome for r in recs)
+    scores = [r.score for r in recs if r.scored and r.score is not None]
+    answered = [r for r in recs if r.answered]
+    return RunStats(
+        samples=len(recs),
+        outcomes={k: outcomes.get(k, 0) for k in OUTCOMES},
+        failure_modes=dict(sorted(Counter(r.failure_mode for r in recs if r.failure_mode).items())),
+        unscored=len(recs) - len(scores),
+        truncated=sum(r.truncated for r in recs),
+        threshold=threshold,
+        pass_rate=proportion(
+            sum(r.passes(threshold) for r in recs), len(recs), confidence, method
+        ),
+        mean_score=mean_estimate(scores, confidence, method=method, settings=settings),
+        input_tokens=sum(r.input_tokens or 0 for r in answered),
+        output_tokens=sum(r.output_tokens or 0 for r in answered),
+        cost_usd=sum_costs([r.cost_usd for r in answered]),
+        latency=latency_of([r.latency_s for r in answered if r.latency_s is not None]),
+        cache_hits=sum(r.cache_hit for r in recs),
+    )
+
+
+def interval_line(
+    rows: Sequence[RowLike],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+    method: ProportionMethod = "wilson",
+) -> str:
+    """One line for a run summary: mean score and pass rate, each with interval and n."""
+    stats = run_stats(rows, threshold=threshold, confidence=confidence, method=method)
+    return (
+        f"Mean score: {describe(stats.mean_score)}; "
+        f"pass rate (score >= {threshold:g}): {describe(stats.pass_rate)}"
+        + (f", {stats.unscored} unscored counted as failures" if stats.unscored else "")
+    )
+
+
+def describe(estimate: Estimate, digits: int = 4) -> str:
+    """`0.7500 (95% CI 0.4682-0.9111, wilson, n=12)`; k/n first for a proportion."""
+    if estimate.value is None or estimate.interval is None:
+        return f"n/a (n={estimate.n})"
+    ci = estimate.interval
+    head = f"{estimate.successes}/{estimate.n} = " if estimate.successes is not None else ""
+    return (
+        f"{head}{estimate.value:.{digits}f} ({percent(ci.confidence)} CI "
+        f"{ci.low:.{digits}f}-{ci.high:.{digits}f}, {ci.method}, n={estimate.n})"
+    )
+
+
+def percent(confidence: float) -> str:
+    """0.95 -> "95%", 0.975 -> "97.5%" (not rounded to a level the user did not ask for)."""
+    return f"{confidence * 100:g}%"

@@ -1,0 +1,142 @@
+"""The Dagster layer, in process: loading, materializing, staleness, automation."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
+from dagster._core.loader import LoadingContextForTest
+
+from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.resources import GradetrailResource
+from tests.conftest import write_addition_dataset, write_spec
+from tests.support.fake_llm_server import FakeLLMServer
+
+N = 8
+MODEL = "fake-1"
+
+
+@pytest.fixture
+def project(tmp_path: Path, fake_server: FakeLLMServer) -> Path:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_addition_dataset(specs / "data" / "add.jsonl", N)
+    write_spec(specs / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    return tmp_path
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as test_instance:
+        yield test_instance
+
+
+def settings(project: Path) -> GradetrailResource:
+    return GradetrailResource(
+        database=str(project / ".gradetrail" / "gradetrail.duckdb"),
+        results_dir=str(project / "results"),
+    )
+
+
+def defs_for(project: Path) -> dg.Definitions:
+    return build_definitions(project / "specs", settings(project))
+
+
+def materialize(
+    defs: dg.Definitions, instance: dg.DagsterInstance, project: Path, selection: list[str]
+) -> dg.ExecuteInProcessResult:
+    spec_job = defs.resolve_job_def("add__eval")
+    return spec_job.execute_in_process(
+        instance=instance,
+        partition_key=MODEL,
+        asset_selection=[dg.AssetKey(["add", s]) for s in selection],
+        resources={"io_manager": dg.FilesystemIOManager(base_dir=str(project / "storage"))},
+    )
+
+
+def stale_status(defs: dg.Definitions, instance: dg.DagsterInstance, step: str) -> StaleStatus:
+    resolver = CachingStaleStatusResolver(
+        instance,
+        asset_graph=defs.resolve_asset_graph(),
+        loading_context=LoadingContextForTest(instance),
+    )
+    return resolver.get_status(dg.AssetKey(["add", step]), partition_key=MODEL)
+
+
+def test_definitions_load_and_a_broken_spec_does_not_take_the_others_down(
+    project: Path,
+) -> None:
+    (project / "specs" / "broken.yaml").write_text("name: broken\nprompt: hi\nbogus: 1\n")
+    defs = defs_for(project)
+    dg.Definitions.validate_loadable(defs)
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"add/dataset", "add/responses", "add/scores"} <= keys
+    errors = defs.resolve_assets_def(dg.AssetKey(["gradetrail", "spec_errors"]))
+    description = errors.descriptions_by_key[dg.AssetKey(["gradetrail", "spec_errors"])]
+    assert "broken.yaml:3: bogus: unknown key" in description
+    assert defs.resolve_job_def("add__eval").partitions_def is not None
+
+
+def test_materialize_then_scorer_edit_is_stale_only_downstream_and_costs_no_calls(
+    project: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    instance.add_dynamic_partitions("add__models", [MODEL])
+    defs = defs_for(project)
+    result = materialize(defs, instance, project, ["dataset", "responses", "scores"])
+    assert result.success
+    assert fake_server.calls == N
+    scores_event = result.asset_materializations_for_node("add__scores")[0]
+    assert scores_event.metadata["samples"].value == N
+    assert scores_event.metadata["cache_hits"].value == 0
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {"provider_error_rate": True, "truncation_rate": True,
+                      "identity_recorded": True}  # fmt: skip
+    for step in ("dataset", "responses", "scores"):
+        assert stale_status(defs, instance, step) == StaleStatus.FRESH
+
+    # Edit only the scorer: scores is stale ("new code version"), responses is not.
+    write_spec(
+        project / "specs" / "add.yaml",
+        base_url=f"{fake_server.base_url}/v1",
+        scorer="{type: regex, pattern: 'Answer: 1'}",
+    )
+    edited = defs_for(project)
+    assert stale_status(edited, instance, "responses") == StaleStatus.FRESH
+    assert stale_status(edited, instance, "scores") == StaleStatus.STALE
+
+    rescored = materialize(edited, instance, project, ["scores"])
+    assert rescored.success
+    assert fake_server.calls == N, "re-scoring must not call the provider"
+    assert stale_status(edited, instance, "scores") == StaleStatus.FRESH
+
+    # Re-materializing responses after an unrelated edit costs zero calls too.
+    again = materialize(edited, instance, project, ["responses"])
+    responses_event = again.asset_materializations_for_node("add__responses")[0]
+    assert responses_event.metadata["cache_hits"].value == N
+    assert responses_event.metadata["provider_calls"].value == 0
+    assert fake_server.calls == N
+
+
+def test_automation_carries_a_scorer_edit_down_without_touching_responses(
+    project: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    instance.add_dynamic_partitions("add__models", [MODEL])
+    defs = defs_for(project)
+    assert materialize(defs, instance, project, ["dataset", "responses", "scores"]).success
+    first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    write_spec(
+        project / "specs" / "add.yaml",
+        base_url=f"{fake_server.base_url}/v1",
+        scorer="{type: regex, pattern: 'Answer: 1'}",
+    )
+    edited = defs_for(project)
+    tick = dg.evaluate_automation_conditions(defs=edited, instance=instance, cursor=first.cursor)
+    requested = {
+        (k.to_user_string(), p)
+        for k in (dg.AssetKey(["add", s]) for s in ("dataset", "responses", "scores"))
+        for p in tick.get_requested_partitions(k)
+    }
+    assert requested == {("add/scores", MODEL)}
