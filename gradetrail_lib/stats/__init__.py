@@ -1,0 +1,60 @@
+"""Statistics you can defend: intervals with their n, paired comparison, the CI gate.
+
+Pure functions from result rows (ResultRow or the JSON rows of results.jsonl) and
+manifests to dataclasses; the CLI and the Dagster assets both call these.
+"""
+
+from gradetrail_lib.stats.gate import DEFAULT_GATE_THRESHOLD, GateDecision, gate
+from gradetrail_lib.stats.intervals import (
+    DEFAULT_CONFIDENCE,
+    PROPORTION_METHODS,
+    BootstrapSettings,
+    Estimate,
+    Interval,
+    ProportionMethod,
+    mean_estimate,
+    mean_interval,
+    proportion,
+    proportion_interval,
+)
+from gradetrail_lib.stats.paired import (
+    PairedComparison,
+    Verdict,
+    check_comparable,
+    compare,
+    mcnemar_exact,
+    pair_up,
+)
+from gradetrail_lib.stats.records import DEFAULT_THRESHOLD, RowLike, SampleRecord, records
+from gradetrail_lib.stats.run_stats import Latency, RunStats, describe, interval_line, run_stats
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_GATE_THRESHOLD",
+    "DEFAULT_THRESHOLD",
+    "PROPORTION_METHODS",
+    "BootstrapSettings",
+    "Estimate",
+    "GateDecision",
+    "Interval",
+    "Latency",
+    "PairedComparison",
+    "ProportionMethod",
+    "RowLike",
+    "RunStats",
+    "SampleRecord",
+    "Verdict",
+    "check_comparable",
+    "compare",
+    "describe",
+    "gate",
+    "interval_line",
+    "mcnemar_exact",
+    "mean_estimate",
+    "mean_interval",
+    "pair_up",
+    "proportion",
+    "proportion_interval",
+    "records",
+    "run_stats",
+]

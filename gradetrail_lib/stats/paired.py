@@ -1,0 +1,239 @@
+"""Paired comparison of two result sets (two models, or two runs) on the same samples.
+
+Pairs are joined on (sample id, repeat). Each pair contributes a binary outcome per
+side (pass = scored and score >= threshold) to an exact McNemar test, and a score
+difference B - A (an unscored sample scores 0, as it fails the pass rate) to a paired
+bootstrap interval on the mean difference. The verdict follows the interval: the side
+it favours when it excludes zero, else "no winner".
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from scipy.stats import binomtest
+
+from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.stats.intervals import (
+    DEFAULT_CONFIDENCE,
+    BootstrapSettings,
+    Estimate,
+    ProportionMethod,
+    mean_estimate,
+    proportion,
+)
+from gradetrail_lib.stats.records import DEFAULT_THRESHOLD, RowLike, SampleRecord, records
+
+Verdict = Literal["A", "B", "no winner"]
+Key = tuple[str, int]
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    label_a: str
+    label_b: str
+    n: int
+    threshold: float
+    confidence: float
+    pass_rate_a: Estimate
+    pass_rate_b: Estimate
+    # Mean score over all n pairs with unscored samples at 0: the two terms of `difference`.
+    mean_a: float
+    mean_b: float
+    difference: Estimate  # mean of B - A over the pairs, with the paired interval
+    both_pass: int
+    both_fail: int
+    a_only: int
+    b_only: int
+    mcnemar_p: float
+    verdict: Verdict
+    unscored_a: int
+    unscored_b: int
+    notes: tuple[str, ...] = ()
+
+    def winner_label(self) -> str:
+        return {"A": self.label_a, "B": self.label_b}.get(self.verdict, "no winner")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": self.label_a,
+            "b": self.label_b,
+            "n": self.n,
+            "threshold": self.threshold,
+            "confidence": self.confidence,
+            "pass_rate_a": self.pass_rate_a.to_json(),
+            "pass_rate_b": self.pass_rate_b.to_json(),
+            "mean_score_a": self.mean_a,
+            "mean_score_b": self.mean_b,
+            "difference_b_minus_a": self.difference.to_json(),
+            "counts": {
+                "both_pass": self.both_pass,
+                "both_fail": self.both_fail,
+                "a_only": self.a_only,
+                "b_only": self.b_only,
+            },
+            "mcnemar_p": self.mcnemar_p,
+            "verdict": self.verdict,
+            "winner": self.winner_label(),
+            "unscored_a": self.unscored_a,
+            "unscored_b": self.unscored_b,
+            "unscored_policy": "unscored samples count as failures with score 0",
+            "notes": list(self.notes),
+        }
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar: the discordant pairs split as Binomial(b + c, 1/2) under
+    the null. With no discordant pair there is no evidence either way: p = 1."""
+    discordant = a_only + b_only
+    if discordant == 0:
+        return 1.0
+    return float(binomtest(a_only, discordant, 0.5).pvalue)
+
+
+def _keyed(recs: list[SampleRecord], label: str) -> dict[Key, SampleRecord]:
+    keyed: dict[Key, SampleRecord] = {}
+    for r in recs:
+        key = (r.id, r.repeat)
+        if key in keyed:
+            raise NotComparable(f"{label} has sample {r.id!r} (repeat {r.repeat}) twice")
+        keyed[key] = r
+    return keyed
+
+
+def _examples(keys: set[Key]) -> str:
+    ids = sorted(k[0] if k[1] == 0 else f"{k[0]}#{k[1]}" for k in keys)
+    more = f", ... ({len(ids) - EXAMPLES} more)" if len(ids) > EXAMPLES else ""
+    return ", ".join(ids[:EXAMPLES]) + more
+
+
+def pair_up(
+    rows_a: Sequence[RowLike], rows_b: Sequence[RowLike], labels: tuple[str, str] = ("A", "B")
+) -> list[tuple[SampleRecord, SampleRecord]]:
+    """The pairs in A's order; NotComparable unless both sides hold the same samples."""
+    a = _keyed(records(rows_a), labels[0])
+    b = _keyed(records(rows_b), labels[1])
+    only_a, only_b = set(a) - set(b), set(b) - set(a)
+    if only_a or only_b:
+        parts = []
+        for side, label, missing in (("A", labels[0], only_a), ("B", labels[1], only_b)):
+            detail = f" ({_examples(missing)})" if missing else ""
+            parts.append(f"{len(missing)} only in {side} [{label}]{detail}")
+        raise NotComparable(
+            "the result sets hold different samples, so they cannot be paired: "
+            + "; ".join(parts)
+            + f". A paired comparison needs the same sample ids on both sides "
+            f"({len(set(a) & set(b))} are shared)."
+        )
+    if not a:
+        raise NotComparable("both result sets are empty: nothing to compare")
+    return [(a[k], b[k]) for k in a]
+
+
+def compare(
+    rows_a: Sequence[RowLike],
+    rows_b: Sequence[RowLike],
+    *,
+    labels: tuple[str, str] = ("A", "B"),
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+    method: ProportionMethod = "wilson",
+    settings: BootstrapSettings | None = None,
+    notes: Sequence[str] = (),
+) -> PairedComparison:
+    pairs = pair_up(rows_a, rows_b, labels)
+    n = len(pairs)
+    passes = [(x.passes(threshold), y.passes(threshold)) for x, y in pairs]
+    both_pass = sum(pa and pb for pa, pb in passes)
+    a_only = sum(pa and not pb for pa, pb in passes)
+    b_only = sum(pb and not pa for pa, pb in passes)
+    diffs = [y.value - x.value for x, y in pairs]
+    difference = mean_estimate(
+        diffs, confidence, bounds=(-1.0, 1.0), method=method, settings=settings
+    )
+    assert difference.interval is not None  # n >= 1 was checked by pair_up
+    if difference.interval.low > 0:
+        verdict: Verdict = "B"
+    elif difference.interval.high < 0:
+        verdict = "A"
+    else:
+        verdict = "no winner"
+    p = mcnemar_exact(a_only, b_only)
+    all_notes = list(notes) + _agreement_note(verdict, p, confidence)
+    return PairedComparison(
+        label_a=labels[0],
+        label_b=labels[1],
+        n=n,
+        threshold=threshold,
+        confidence=confidence,
+        pass_rate_a=proportion(both_pass + a_only, n, confidence, method),
+        pass_rate_b=proportion(both_pass + b_only, n, confidence, method),
+        mean_a=sum(x.value for x, _ in pairs) / n,
+        mean_b=sum(y.value for _, y in pairs) / n,
+        difference=difference,
+        both_pass=both_pass,
+        both_fail=n - both_pass - a_only - b_only,
+        a_only=a_only,
+        b_only=b_only,
+        mcnemar_p=p,
+        verdict=verdict,
+        unscored_a=sum(not x.scored for x, _ in pairs),
+        unscored_b=sum(not y.scored for _, y in pairs),
+        notes=tuple(all_notes),
+    )
+
+
+def _agreement_note(verdict: Verdict, p: float, confidence: float) -> list[str]:
+    """The bootstrap can be optimistic at small n and McNemar sees only pass/fail, so
+    when the two disagree the reader should know rather than trust one silently."""
+    alpha = 1 - confidence
+    if verdict != "no winner" and p >= alpha:
+        return [
+            f"the exact McNemar test does not confirm the verdict at this level "
+            f"(p = {p:.4g} >= {alpha:.4g}); the bootstrap interval may be optimistic at "
+            "this n, or the difference lies in partial scores rather than pass/fail"
+        ]
+    if verdict == "no winner" and p < alpha:
+        return [
+            f"the exact McNemar test finds a pass/fail difference (p = {p:.4g}) that the "
+            "interval on the mean score difference does not"
+        ]
+    return []
+
+
+def _field(manifest: Mapping[str, Any], name: str) -> Any:
+    if name == "dataset hash":
+        dataset = manifest.get("dataset")
+        return dataset.get("hash") if isinstance(dataset, Mapping) else None
+    return manifest.get(name)
+
+
+def check_comparable(
+    manifest_a: Mapping[str, Any],
+    manifest_b: Mapping[str, Any],
+    *,
+    force: bool = False,
+    labels: tuple[str, str] = ("A", "B"),
+) -> list[str]:
+    """Refuse runs whose scorer or dataset differ: their score differences would mix the
+    models' difference with the scorer's or the data's. With `force`, return the same
+    findings as notes to print next to the result."""
+    problems = []
+    for name in ("scorer_hash", "dataset hash"):
+        a, b = _field(manifest_a, name), _field(manifest_b, name)
+        if a is None or b is None:
+            missing = labels[0] if a is None else labels[1]
+            problems.append(f"{name} is missing from {missing}'s manifest, so it cannot be checked")
+        elif a != b:
+            problems.append(
+                f"{name} differs: {labels[0]} has {str(a)[:12]}, {labels[1]} has {str(b)[:12]}"
+            )
+    if problems and not force:
+        raise NotComparable(
+            "refusing to compare: "
+            + "; ".join(problems)
+            + ". Scores from different scorers or datasets do not measure the same thing "
+            "(use --force to compare anyway)."
+        )
+    return [f"compared despite a mismatch (forced): {p}" for p in problems]

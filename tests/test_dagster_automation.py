@@ -1,0 +1,136 @@
+"""The nightly schedule and the sensors, evaluated with Dagster's own test contexts."""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.resources import GradetrailResource
+from tests.conftest import write_addition_dataset, write_spec
+from tests.support.fake_llm_server import FakeLLMServer
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as test_instance:
+        yield test_instance
+
+
+def make_defs(tmp_path: Path, server: FakeLLMServer, watch: bool = True) -> dg.Definitions:
+    specs = tmp_path / "specs"
+    specs.mkdir(exist_ok=True)
+    write_addition_dataset(specs / "data" / "add.jsonl", 4)
+    spec = write_spec(specs / "add.yaml", base_url=f"{server.base_url}/v1")
+    if watch:
+        with open(spec, "a") as out:
+            out.write(
+                "watch: {provider: openai_compatible, match: 'fake-2*', "
+                f"base_url: '{server.base_url}/v1'}}\n"
+            )
+    settings = GradetrailResource(database=str(tmp_path / "db.duckdb"))
+    return build_definitions(specs, settings)
+
+
+def test_release_sensor_adds_one_partition_and_one_run_per_new_model(
+    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    fake_server.models = ["fake-1", "fake-2-base", "other"]
+    defs = make_defs(tmp_path, fake_server)
+    sensor = defs.resolve_sensor_def("gradetrail_model_releases")
+
+    # First look: what is listed now is the baseline, not a release.
+    first = sensor(dg.build_sensor_context(instance=instance))
+    assert isinstance(first, dg.SensorResult)
+    assert first.run_requests == []
+    assert first.cursor is not None
+
+    fake_server.models = [*fake_server.models, "fake-2-new", "unrelated-9"]
+    second = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+    assert isinstance(second, dg.SensorResult)
+    assert [r.partition_key for r in second.run_requests] == ["fake-2-new"]
+    assert second.run_requests[0].job_name == "add__eval"
+    (added,) = second.dynamic_partitions_requests
+    assert isinstance(added, dg.AddDynamicPartitionsRequest)
+    assert list(added.partition_keys) == ["fake-2-new"]
+    assert added.partitions_def_name == "add__models"
+    # A sensor called directly does not apply its partition requests (FACTS.md).
+    instance.add_dynamic_partitions("add__models", list(added.partition_keys))
+
+    third = sensor(dg.build_sensor_context(instance=instance, cursor=second.cursor))
+    assert isinstance(third, dg.SensorResult)
+    assert third.run_requests == [] and third.dynamic_partitions_requests == []
+
+
+def test_release_sensor_skips_with_a_reason_when_the_provider_is_down(
+    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    defs = make_defs(tmp_path, fake_server)
+    sensor = defs.resolve_sensor_def("gradetrail_model_releases")
+    fake_server.stop()
+    result = sensor(dg.build_sensor_context(instance=instance))
+    assert isinstance(result, dg.SkipReason)
+    assert "model listing failed" in (result.skip_message or "")
+    assert "add:" in (result.skip_message or "")
+
+
+def test_release_sensor_skips_when_unauthorized(
+    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_addition_dataset(specs / "data" / "add.jsonl", 4)
+    spec = write_spec(specs / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    with open(spec, "a") as out:
+        out.write("watch: {provider: openai, match: 'gpt-*', api_key_env: GT_UNSET_KEY_VAR}\n")
+    defs = build_definitions(specs, GradetrailResource(database=str(tmp_path / "db.duckdb")))
+    result = defs.resolve_sensor_def("gradetrail_model_releases")(
+        dg.build_sensor_context(instance=instance)
+    )
+    assert isinstance(result, dg.SkipReason)
+    assert "GT_UNSET_KEY_VAR is not set" in (result.skip_message or "")
+
+
+def test_spec_models_sensor_registers_listed_models_once(
+    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    defs = make_defs(tmp_path, fake_server, watch=False)
+    sensor = defs.resolve_sensor_def("gradetrail_spec_models")
+    result = sensor(dg.build_sensor_context(instance=instance))
+    assert isinstance(result, dg.SensorResult)
+    (added,) = result.dynamic_partitions_requests
+    assert isinstance(added, dg.AddDynamicPartitionsRequest)
+    assert list(added.partition_keys) == ["fake-1"]
+    instance.add_dynamic_partitions("add__models", ["fake-1"])
+    assert isinstance(sensor(dg.build_sensor_context(instance=instance)), dg.SkipReason)
+
+
+def test_nightly_schedule_requests_every_partition_with_idempotent_run_keys(
+    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    defs = make_defs(tmp_path, fake_server, watch=False)
+    instance.add_dynamic_partitions("add__models", ["fake-1", "fake-2"])
+    schedule = defs.resolve_schedule_def("add__nightly")
+    assert schedule.cron_schedule == "0 2 * * *"
+    assert schedule.execution_timezone == "UTC"
+    tick = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
+    requests = schedule(
+        dg.build_schedule_context(instance=instance, scheduled_execution_time=tick)
+    )
+    assert isinstance(requests, list)
+    assert sorted(r.partition_key or "" for r in requests) == ["fake-1", "fake-2"]
+    again = schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+    assert isinstance(again, list)
+    assert [r.run_key for r in requests] == [r.run_key for r in again]
+    assert len({r.run_key for r in requests}) == 2
+    next_night = schedule(
+        dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=datetime(2026, 12, 3, 2, 0, tzinfo=UTC)
+        )
+    )
+    assert isinstance(next_night, list)
+    assert {r.run_key for r in next_night}.isdisjoint({r.run_key for r in requests})
