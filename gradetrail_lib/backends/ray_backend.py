@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import os
 import secrets
+import sys
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -50,6 +51,8 @@ MAX_WORKER_DEATHS_PER_REQUEST = 3
 # slots busy while the driver turns a result into the next submission.
 MIN_QUEUED_PER_WORKER = 2
 READY_TIMEOUT_S = 120.0
+
+_forced_single_machine = False
 
 
 @dataclass
@@ -134,16 +137,24 @@ def _is_loopback(address: str) -> bool:
 
 def _import_ray(loopback: bool) -> ModuleType:
     """`ray`, imported in single-machine mode when the cluster is on this machine only."""
+    global _forced_single_machine
     if loopback:
-        os.environ[SINGLE_MACHINE_ENV] = "0"
+        if os.environ.get(SINGLE_MACHINE_ENV) != "0":
+            os.environ[SINGLE_MACHINE_ENV] = "0"
+            _forced_single_machine = True
+    elif _forced_single_machine:
+        # An earlier local run of this process forced it; a driver of a remote cluster
+        # must be reachable on the machine's address again.
+        os.environ.pop(SINGLE_MACHINE_ENV, None)
+        _forced_single_machine = False
     import ray
     import ray._private.ray_constants as ray_constants
 
-    if loopback and ray_constants.ENABLE_RAY_CLUSTER:
-        # Something imported ray before we could set the variable; the flag is read at
-        # call time, so clearing it has the same effect. start_local_cluster() checks
-        # the node's address afterwards in any case.
-        ray_constants.ENABLE_RAY_CLUSTER = False
+    if loopback == ray_constants.ENABLE_RAY_CLUSTER:
+        # ray was imported before the variable was (un)set. The flag is read at call
+        # time, so setting it has the same effect; start_local_cluster() checks the
+        # node's address afterwards in any case.
+        ray_constants.ENABLE_RAY_CLUSTER = not loopback
     return ray
 
 
@@ -273,7 +284,8 @@ class RayBackend:
             return
         stats = self.last_run = RayRunStats()
         started = time.perf_counter()
-        already = "ray" in os.sys.modules and os.sys.modules["ray"].is_initialized()
+        # A process already connected (a test session, a service) stays connected.
+        already = "ray" in sys.modules and bool(sys.modules["ray"].is_initialized())
         if already:
             import ray
         elif self.address:
@@ -289,13 +301,7 @@ class RayBackend:
                 # Stops the cluster if we started it, else only disconnects.
                 ray.shutdown()
 
-    def _spawn(self, ray: ModuleType) -> _Slot:
-        actor_class = ray.remote(_Worker).options(
-            num_cpus=0,  # the actors wait on the network; CPUs stay free for others
-            max_concurrency=self.concurrency,
-            max_restarts=0,  # a dead worker's requests go elsewhere instead
-            max_task_retries=0,
-        )
+    def _spawn(self, actor_class: Any) -> _Slot:
         handle = actor_class.remote(self.concurrency, self.requests_per_client, self.policy)
         slot = _Slot(handle)
         self._slots.append(slot)
@@ -333,9 +339,15 @@ class RayBackend:
         queue = _Queue(requests)
         in_flight: dict[Any, _Call] = {}  # ObjectRef -> call
         self._slots = []
+        actor_class = ray.remote(_Worker).options(
+            num_cpus=0,  # the actors wait on the network; CPUs stay free for others
+            max_concurrency=self.concurrency,
+            max_restarts=0,  # a dead worker's requests go elsewhere instead
+            max_task_retries=0,
+        )
         try:
             ready_started = time.perf_counter()
-            self._await_ready(ray, [self._spawn(ray) for _ in range(n_workers)])
+            self._await_ready(ray, [self._spawn(actor_class) for _ in range(n_workers)])
             stats.workers_ready_s = time.perf_counter() - ready_started
             send_started = time.perf_counter()
             while True:
@@ -376,7 +388,7 @@ class RayBackend:
                             ray.kill(call.slot.handle)
                             if replacements_left > 0:
                                 replacements_left -= 1
-                                self._spawn(ray)
+                                self._spawn(actor_class)
                         if call.deaths + 1 < MAX_WORKER_DEATHS_PER_REQUEST:
                             queue.again.append((call.request, call.deaths + 1))
                             stats.resubmitted += 1

@@ -1,0 +1,147 @@
+"""Repricing result sets from the versioned pricing data.
+
+Every answered call is priced at the chosen pricing version, including cache hits
+(their tokens were paid for once; this is what the eval costs to reproduce). A model
+without a price, or a call without token counts, makes the total unknown rather than
+a partial sum that would understate it; both are listed so the reader sees why.
+Calls that failed at the provider have no usage and are not billed.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradetrail_lib.pricing import PriceList
+from gradetrail_lib.stats.records import DEFAULT_THRESHOLD, RowLike, records
+
+
+@dataclass
+class ModelCost:
+    provider: str
+    model: str
+    samples: int = 0
+    calls: int = 0  # answered calls
+    scored: int = 0
+    passed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    missing_usage: int = 0  # answered calls without token counts
+    priced: bool = True
+    known_usd: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider}/{self.model}"
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.known_usd if self.priced and not self.missing_usage else None
+
+    def per(self, count: int) -> float | None:
+        cost = self.cost_usd
+        return cost / count if cost is not None and count else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "samples": self.samples,
+            "calls": self.calls,
+            "scored": self.scored,
+            "passed": self.passed,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "missing_usage": self.missing_usage,
+            "priced": self.priced,
+            "cost_usd": self.cost_usd,
+            "cost_per_scored_usd": self.per(self.scored),
+            "cost_per_passed_usd": self.per(self.passed),
+        }
+
+
+@dataclass
+class CostReport:
+    pricing_version: str
+    effective_date: str
+    models: list[ModelCost] = field(default_factory=list)
+
+    @property
+    def total_usd(self) -> float | None:
+        costs = [m.cost_usd for m in self.models]
+        return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+
+    @property
+    def unknown_prices(self) -> list[str]:
+        return [m.name for m in self.models if not m.priced]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pricing_version": self.pricing_version,
+            "effective_date": self.effective_date,
+            "models": [m.to_json() for m in self.models],
+            "total_usd": self.total_usd,
+            "unknown_prices": self.unknown_prices,
+        }
+
+
+def reprice(
+    runs: Sequence[tuple[Mapping[str, Any], Sequence[RowLike]]],
+    prices: PriceList,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> CostReport:
+    """Cost per (provider, requested model) over (manifest, rows) pairs. Pricing is by
+    the requested model, as at run time: a provider's dated alias bills as its name."""
+    report = CostReport(prices.version, prices.effective_date)
+    by_model: dict[tuple[str, str], ModelCost] = {}
+    for manifest, rows in runs:
+        model = manifest.get("model") or {}
+        provider, name = str(model.get("provider", "?")), str(model.get("requested", "?"))
+        entry = by_model.setdefault((provider, name), ModelCost(provider, name))
+        entry.priced = prices.price(provider, name) is not None
+        for r in records(rows):
+            entry.samples += 1
+            entry.scored += r.scored
+            entry.passed += r.passes(threshold)
+            if not r.answered:
+                continue
+            entry.calls += 1
+            entry.input_tokens += r.input_tokens or 0
+            entry.output_tokens += r.output_tokens or 0
+            cost = prices.cost(provider, name, r.input_tokens, r.output_tokens)
+            if cost is not None:
+                entry.known_usd += cost
+            elif r.input_tokens is None or r.output_tokens is None:
+                entry.missing_usage += 1
+    report.models = sorted(by_model.values(), key=lambda m: m.name)
+    return report
+
+
+def format_cost(report: CostReport) -> str:
+    def usd(x: float | None) -> str:
+        return f"${x:.6f}" if x is not None else "unknown"
+
+    lines = [
+        f"Pricing {report.pricing_version} (effective {report.effective_date}); "
+        "every answered call priced, cache hits included",
+        f"{'model':<40} {'calls':>6} {'tokens in':>10} {'tokens out':>10} {'cost':>12} "
+        f"{'per scored':>12} {'per passed':>12}",
+    ]
+    for m in report.models:
+        lines.append(
+            f"{m.name:<40} {m.calls:>6} {m.input_tokens:>10} {m.output_tokens:>10} "
+            f"{usd(m.cost_usd):>12} {usd(m.per(m.scored)):>12} {usd(m.per(m.passed)):>12}"
+        )
+    lines.append(f"Total: {usd(report.total_usd)}")
+    for m in report.models:
+        lines.append(f"  {m.name}: {m.scored} scored, {m.passed} passed of {m.samples} samples")
+    if report.unknown_prices:
+        lines.append(
+            f"Unknown price in pricing {report.pricing_version}: "
+            + ", ".join(report.unknown_prices)
+            + " (cost reported as unknown, not $0)"
+        )
+    for m in report.models:
+        if m.missing_usage:
+            lines.append(f"{m.name}: {m.missing_usage} calls without token counts (cost unknown)")
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""The real `dagster dev` on 127.0.0.1: the code location loads and shows the graph."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import REPO, write_addition_dataset, write_spec
+from tests.support.fake_llm_server import FakeLLMServer
+
+LOCATION_QUERY = """
+{ workspaceOrError { __typename ... on Workspace { locationEntries {
+    name loadStatus
+    locationOrLoadError { __typename ... on PythonError { message } } } } } }
+"""
+
+GRAPH_QUERY = """
+{ assetNodes { assetKey { path } groupName isPartitioned }
+  repositoriesOrError { ... on RepositoryConnection { nodes {
+    name schedules { name cronSchedule } sensors { name } } } } }
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def graphql(port: int, query: str) -> dict[str, Any]:
+    response = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": query}, timeout=10)
+    response.raise_for_status()
+    return dict(response.json()["data"])
+
+
+def wait_loaded(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "dagster dev exited early"
+        try:
+            entries = graphql(port, LOCATION_QUERY)["workspaceOrError"]["locationEntries"]
+        except (httpx.HTTPError, KeyError, TypeError):
+            time.sleep(0.5)
+            continue
+        if entries and all(e["loadStatus"] == "LOADED" for e in entries):
+            errors = [e for e in entries if e["locationOrLoadError"]["__typename"] == "PythonError"]
+            assert not errors, errors
+            return
+        time.sleep(0.5)
+    raise AssertionError("code location did not load in time")
+
+
+def test_dagster_dev_serves_the_graph_schedule_and_sensors(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_addition_dataset(specs / "data" / "add.jsonl", 4)
+    write_spec(specs / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    port = free_port()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "GRADETRAIL_SPECS": str(specs),
+        "GRADETRAIL_DATABASE": str(tmp_path / "db.duckdb"),
+        "DAGSTER_DISABLE_TELEMETRY": "yes",
+    }
+    dagster = Path(sys.executable).with_name("dagster")
+    proc = subprocess.Popen(
+        [str(dagster), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1",
+         "-p", str(port)],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_loaded(port, proc)
+        data = graphql(port, GRAPH_QUERY)
+        nodes = {"/".join(n["assetKey"]["path"]): n for n in data["assetNodes"]}
+        for step in ("dataset", "responses", "scores"):
+            assert nodes[f"add/{step}"]["groupName"] == "add"
+            assert nodes[f"add/{step}"]["isPartitioned"]
+        (repo,) = data["repositoriesOrError"]["nodes"]
+        assert {s["name"] for s in repo["schedules"]} == {"add__nightly"}
+        assert {s["name"] for s in repo["sensors"]} >= {
+            "gradetrail_model_releases", "gradetrail_spec_models",
+        }  # fmt: skip
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise AssertionError("dagster dev did not shut down on SIGINT") from None
