@@ -7,15 +7,14 @@ import dagster as dg
 
 from gradetrail_lib.backends import Backend, LocalBackend
 from gradetrail_lib.cache import ResponseCache
-
-DEFAULT_DATABASE = ".gradetrail/gradetrail.duckdb"
+from gradetrail_lib.pipeline import default_cache_path
 
 
 class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """Settings of the engine. The response cache and the result tables share one DuckDB
     file by default (`database`), as the DuckDB resource is configured with it too."""
 
-    database: str = DEFAULT_DATABASE
+    database: str = str(default_cache_path())
     results_dir: str = "results"
     backend: str = "local"
     concurrency: int = 8
@@ -36,7 +35,7 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         if self.backend == "ray":
             from gradetrail_lib.backends.ray_backend import RayBackend
 
-            return RayBackend(  # type: ignore[no-any-return]
+            return RayBackend(
                 workers=self.workers, concurrency=self.concurrency, address=self.ray_address
             )
         raise ValueError(f"unknown backend {self.backend!r} (local or ray)")
@@ -46,7 +45,7 @@ def settings_from_environment() -> GradetrailResource:
     """The resource as the environment configures it (GRADETRAIL_* variables)."""
     env = os.environ
     return GradetrailResource(
-        database=env.get("GRADETRAIL_DATABASE", env.get("GRADETRAIL_CACHE", DEFAULT_DATABASE)),
+        database=str(default_cache_path()),
         results_dir=env.get("GRADETRAIL_RESULTS", "results"),
         backend=env.get("GRADETRAIL_BACKEND", "local"),
         concurrency=int(env.get("GRADETRAIL_CONCURRENCY", "8")),

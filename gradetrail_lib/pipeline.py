@@ -5,6 +5,7 @@ one per asset while `gradetrail run` calls them in a row.
 """
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -250,8 +251,13 @@ def score_all(
     return rows
 
 
-def default_cache_path(cwd: Path | None = None) -> Path:
-    import os
+DEFAULT_DATABASE = Path(".gradetrail") / "gradetrail.duckdb"
 
+
+def default_cache_path() -> Path:
+    """The one DuckDB file of the project: response cache (and, under Dagster, the tables).
+
+    GRADETRAIL_CACHE overrides it; the default is relative to the working directory.
+    """
     env = os.environ.get("GRADETRAIL_CACHE")
-    return Path(env) if env else (cwd or Path.cwd()) / ".gradetrail" / "cache.duckdb"
+    return Path(env) if env else DEFAULT_DATABASE

@@ -70,7 +70,7 @@ def test_dagster_dev_serves_the_graph_schedule_and_sensors(
         **os.environ,
         "DAGSTER_HOME": str(home),
         "GRADETRAIL_SPECS": str(specs),
-        "GRADETRAIL_DATABASE": str(tmp_path / "db.duckdb"),
+        "GRADETRAIL_CACHE": str(tmp_path / "db.duckdb"),
         "DAGSTER_DISABLE_TELEMETRY": "yes",
     }
     dagster = Path(sys.executable).with_name("dagster")

@@ -34,7 +34,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "--cache",
         type=Path,
         default=None,
-        help="response cache file (env GRADETRAIL_CACHE; default .gradetrail/cache.duckdb)",
+        help="response cache file (env GRADETRAIL_CACHE; default .gradetrail/gradetrail.duckdb)",
     )
     run.add_argument(
         "--no-cache",
