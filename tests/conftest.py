@@ -5,10 +5,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.fake_llm_server import FakeLLMServer
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,6 +30,17 @@ needs_local_model = pytest.mark.skipif(
     reason=f"offline model not installed (missing {', '.join(_missing_local_model())}); "
     "run `bash scripts/install.sh`",
 )
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator["dg.DagsterInstance"]:
+    """A persistent Dagster instance in a temporary DAGSTER_HOME."""
+    import dagster as dg
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as test_instance:
+        yield test_instance
 
 
 @pytest.fixture

@@ -1,24 +1,14 @@
 """The nightly schedule and the sensors, evaluated with Dagster's own test contexts."""
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
-import pytest
 
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
-
-
-@pytest.fixture
-def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with dg.instance_for_test(temp_dir=str(home)) as test_instance:
-        yield test_instance
 
 
 def make_defs(tmp_path: Path, server: FakeLLMServer, watch: bool = True) -> dg.Definitions:

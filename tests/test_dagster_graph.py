@@ -1,6 +1,5 @@
 """The Dagster layer, in process: loading, materializing, staleness, automation."""
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -24,14 +23,6 @@ def project(tmp_path: Path, fake_server: FakeLLMServer) -> Path:
     write_addition_dataset(specs / "data" / "add.jsonl", N)
     write_spec(specs / "add.yaml", base_url=f"{fake_server.base_url}/v1")
     return tmp_path
-
-
-@pytest.fixture
-def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    with dg.instance_for_test(temp_dir=str(home)) as test_instance:
-        yield test_instance
 
 
 def settings(project: Path) -> GradetrailResource:
