@@ -1,7 +1,8 @@
 """The `gradetrail` command: parses arguments, dispatches, maps errors to exit codes.
 
 Exit codes: 0 success; 1 the run failed (nothing scored, aborted, a gate that fails);
-2 bad input (a spec, dataset or argument), named by file, line and field.
+2 bad input (a spec, dataset, run directory or argument), named by file, line and
+field, or two runs that cannot be compared.
 """
 
 import argparse
@@ -9,12 +10,18 @@ import sys
 from collections.abc import Sequence
 
 import gradetrail_lib
-from gradetrail_lib.commands import run
-from gradetrail_lib.errors import GradetrailError, InputError, InputErrors, RunAborted
+from gradetrail_lib.commands import compare, cost, gate, report, run
+from gradetrail_lib.errors import (
+    GradetrailError,
+    InputError,
+    InputErrors,
+    NotComparable,
+    RunAborted,
+)
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
-COMMANDS = [run]
+COMMANDS = [run, compare, gate, cost, report]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
-    except (InputError, InputErrors) as exc:
+    except (InputError, InputErrors, NotComparable) as exc:
+        # NotComparable is a usage error (wrong pair of runs, or --force needed), and
+        # must not exit 1, which `gate` reserves for a regression.
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyError as exc:  # e.g. --model naming a model the spec does not have

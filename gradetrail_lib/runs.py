@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gradetrail_lib.errors import InputError
+from gradetrail_lib.pipeline import ResultRow
 from gradetrail_lib.rundir import MANIFEST_FILE, RESULTS_FILE
 
 REQUIRED_ROW_FIELDS = ("id", "outcome", "score")
@@ -18,6 +19,16 @@ class Run:
     manifest: dict[str, Any]
     rows: list[dict[str, Any]]
     path: Path | None = None
+
+    @classmethod
+    def of(
+        cls,
+        manifest: dict[str, Any],
+        rows: Sequence[ResultRow | dict[str, Any]],
+        path: Path | None = None,
+    ) -> "Run":
+        """A run from memory (e.g. a Dagster asset's rows), shaped as if read back."""
+        return cls(manifest, [r.to_json() if isinstance(r, ResultRow) else r for r in rows], path)
 
     @property
     def label(self) -> str:
@@ -73,4 +84,4 @@ def distinct_labels(runs: Sequence[Run]) -> list[str]:
     labels = [r.label for r in runs]
     if len(set(labels)) == len(labels):
         return labels
-    return [r.path.name if r.path is not None else f"{r.label} #{i + 1}" for i, r in enumerate(runs)]
+    return [r.path.name if r.path else f"{r.label} #{i + 1}" for i, r in enumerate(runs)]

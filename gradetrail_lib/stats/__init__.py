@@ -4,14 +4,11 @@ Pure functions from result rows (ResultRow or the JSON rows of results.jsonl) an
 manifests to dataclasses; the CLI and the Dagster assets both call these.
 """
 
-from gradetrail_lib.stats.gate import DEFAULT_GATE_THRESHOLD, GateDecision, gate
+from gradetrail_lib.stats.gate import GateDecision, gate
 from gradetrail_lib.stats.intervals import (
-    DEFAULT_CONFIDENCE,
-    PROPORTION_METHODS,
     BootstrapSettings,
     Estimate,
     Interval,
-    ProportionMethod,
     mean_estimate,
     mean_interval,
     proportion,
@@ -25,8 +22,15 @@ from gradetrail_lib.stats.paired import (
     mcnemar_exact,
     pair_up,
 )
-from gradetrail_lib.stats.records import DEFAULT_THRESHOLD, RowLike, SampleRecord, records
+from gradetrail_lib.stats.records import RowLike, SampleRecord, records
 from gradetrail_lib.stats.run_stats import Latency, RunStats, describe, interval_line, run_stats
+from gradetrail_lib.stats_defaults import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_GATE_THRESHOLD,
+    DEFAULT_THRESHOLD,
+    PROPORTION_METHODS,
+    ProportionMethod,
+)
 
 __all__ = [
     "DEFAULT_CONFIDENCE",

@@ -12,8 +12,7 @@ from typing import Any
 
 from gradetrail_lib.stats.paired import PairedComparison
 from gradetrail_lib.stats.run_stats import percent
-
-DEFAULT_GATE_THRESHOLD = 0.02
+from gradetrail_lib.stats_defaults import DEFAULT_GATE_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,5 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
         else ""
     )
     notes = "".join(f" Note: {n}." for n in c.notes)
-    explanation = (
-        f"{'FAIL' if regressed else 'PASS'}: {facts}; {why}. {counts}{unscored}{notes}"
-    )
+    explanation = f"{'FAIL' if regressed else 'PASS'}: {facts}; {why}. {counts}{unscored}{notes}"
     return GateDecision(not regressed, threshold, comparison, explanation)

@@ -19,14 +19,12 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from scipy.stats import binomtest, bootstrap
 
-ProportionMethod = Literal["wilson", "exact"]
-PROPORTION_METHODS: tuple[ProportionMethod, ...] = ("wilson", "exact")
-DEFAULT_CONFIDENCE = 0.95
+from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, PROPORTION_METHODS, ProportionMethod
 
 
 @dataclass(frozen=True)
@@ -170,9 +168,7 @@ def _bootstrap_mean(
     # Resampled means cannot leave the range, but float sums can by an ulp; and were
     # both methods to give NaN, max/min with NaN yield the whole range: honest, if wide.
     lo, hi = bounds
-    return Interval(
-        max(lo, low), min(hi, high), confidence, f"bootstrap-{name.lower()}"
-    )
+    return Interval(max(lo, low), min(hi, high), confidence, f"bootstrap-{name.lower()}")
 
 
 def mean_estimate(
@@ -185,7 +181,5 @@ def mean_estimate(
 ) -> Estimate:
     if not values:
         return Estimate(None, 0, None)
-    interval = mean_interval(
-        values, confidence, bounds=bounds, method=method, settings=settings
-    )
+    interval = mean_interval(values, confidence, bounds=bounds, method=method, settings=settings)
     return Estimate(float(np.mean(values)), len(values), interval)

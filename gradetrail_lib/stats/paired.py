@@ -14,15 +14,9 @@ from typing import Any, Literal
 from scipy.stats import binomtest
 
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.stats.intervals import (
-    DEFAULT_CONFIDENCE,
-    BootstrapSettings,
-    Estimate,
-    ProportionMethod,
-    mean_estimate,
-    proportion,
-)
-from gradetrail_lib.stats.records import DEFAULT_THRESHOLD, RowLike, SampleRecord, records
+from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
+from gradetrail_lib.stats.records import RowLike, SampleRecord, records
+from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 
 Verdict = Literal["A", "B", "no winner"]
 Key = tuple[str, int]

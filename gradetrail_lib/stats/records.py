@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradetrail_lib.pipeline import ResultRow
-
-DEFAULT_THRESHOLD = 1.0
+from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,9 @@ from typing import Any
 import numpy as np
 
 from gradetrail_lib.pricing import sum_costs
-from gradetrail_lib.stats.intervals import (
-    DEFAULT_CONFIDENCE,
-    BootstrapSettings,
-    Estimate,
-    ProportionMethod,
-    mean_estimate,
-    proportion,
-)
-from gradetrail_lib.stats.records import DEFAULT_THRESHOLD, RowLike, records
+from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
+from gradetrail_lib.stats.records import RowLike, records
+from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 
 OUTCOMES = ("scored", "provider_error", "scorer_error")
 LATENCY_PERCENTILES = (50, 90, 99)
@@ -102,9 +96,7 @@ def run_stats(
         unscored=len(recs) - len(scores),
         truncated=sum(r.truncated for r in recs),
         threshold=threshold,
-        pass_rate=proportion(
-            sum(r.passes(threshold) for r in recs), len(recs), confidence, method
-        ),
+        pass_rate=proportion(sum(r.passes(threshold) for r in recs), len(recs), confidence, method),
         mean_score=mean_estimate(scores, confidence, method=method, settings=settings),
         input_tokens=sum(r.input_tokens or 0 for r in answered),
         output_tokens=sum(r.output_tokens or 0 for r in answered),

@@ -1,0 +1,50 @@
+"""Options shared by the commands that compute statistics."""
+
+import argparse
+
+from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, PROPORTION_METHODS
+
+
+def confidence_level(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, not {text}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    return value
+
+
+def add_stats_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--confidence",
+        type=confidence_level,
+        default=DEFAULT_CONFIDENCE,
+        help=f"confidence level of every interval (default {DEFAULT_CONFIDENCE})",
+    )
+    parser.add_argument(
+        "--method",
+        choices=PROPORTION_METHODS,
+        default="wilson",
+        help="pass-rate interval: Wilson score (default) or exact Clopper-Pearson",
+    )
+    add_pass_threshold(parser)
+
+
+def add_pass_threshold(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pass-threshold",
+        type=non_negative,
+        default=DEFAULT_THRESHOLD,
+        help=f"a sample passes when its score is at least this (default {DEFAULT_THRESHOLD:g})",
+    )

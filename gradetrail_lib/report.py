@@ -1,0 +1,281 @@
+"""The HTML report: one self-contained file (embedded CSS, no script, nothing fetched).
+
+Every value reaches the page through jinja2 with autoescape on, so a model response
+such as `<script>...</script>` is shown as text. Autoescape is set explicitly: the
+template is `*.html.j2`, which `select_autoescape` would not recognise as HTML. The
+page's Content-Security-Policy forbids scripts and fetches as a second line of defence.
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.runs import Run, distinct_labels, load_runs
+from gradetrail_lib.stats import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_THRESHOLD,
+    BootstrapSettings,
+    PairedComparison,
+    ProportionMethod,
+    RunStats,
+    check_comparable,
+    compare,
+    run_stats,
+)
+from gradetrail_lib.stats.records import SampleRecord, record
+from gradetrail_lib.stats.run_stats import percent
+
+REPORT_FILE = "report.html"
+TEMPLATE = "report.html.j2"
+
+FAILURE_LABELS = {
+    "truncated": "truncated (hit max_tokens)",
+    "wrong_answer": "wrong answer",
+    "provider_error": "provider error",
+    "scorer_error": "scorer error",
+}
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
+class FailedSample:
+    id: str
+    kind: str  # a FAILURE_LABELS key, or "below_threshold"
+    label: str
+    score: float | None
+    messages: list[Message]
+    response: str | None
+    stop_reason: str | None
+    reason: str
+    tokens: str
+    latency_s: float | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    label: str
+    stats: RunStats
+    facts: list[tuple[str, str]]
+    warnings: list[str]
+    failures: list[FailedSample]
+
+
+@dataclass(frozen=True)
+class PairView:
+    label_a: str
+    label_b: str
+    comparison: PairedComparison | None
+    refused: str | None
+
+
+def _messages(raw: Any) -> list[Message]:
+    if not isinstance(raw, list):
+        return []
+    out = []
+    for m in raw:
+        if isinstance(m, Mapping):
+            content = m.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, indent=2)
+            out.append(Message(str(m.get("role", "?")), text))
+    return out
+
+
+def _failure(row: Mapping[str, Any], rec: SampleRecord) -> FailedSample:
+    # Truncation first: a cut-off answer is a budget problem, not a wrong answer.
+    kind = "truncated" if rec.truncated else (rec.failure_mode or "below_threshold")
+    label = FAILURE_LABELS.get(kind, "below the pass threshold")
+    tokens = f"{rec.input_tokens} in / {rec.output_tokens} out" if rec.answered else "no response"
+    return FailedSample(
+        id=rec.id,
+        kind=kind,
+        label=label,
+        score=rec.score,
+        messages=_messages(row.get("messages")),
+        response=row.get("response"),
+        stop_reason=rec.stop_reason,
+        reason=str(row.get("reason") or ""),
+        tokens=tokens,
+        latency_s=rec.latency_s,
+    )
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | dict):
+        return json.dumps(value, sort_keys=True) if value else "none"
+    return str(value)
+
+
+def reproducibility_facts(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    def get(*path: str) -> Any:
+        node: Any = manifest
+        for part in path:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        return node
+
+    sha, dirty = get("git", "sha"), get("git", "dirty")
+    git = "not a git checkout" if sha is None else f"{sha}{' (dirty work tree)' if dirty else ''}"
+    timings = get("timings_s") or {}
+    return [
+        ("identity", _text(get("identity"))),
+        ("spec", f"{_text(get('spec', 'name'))} ({_text(get('spec', 'path'))})"),
+        ("spec hash", _text(get("spec", "hash"))),
+        ("dataset", f"{_text(get('dataset', 'path'))} sha256 {_text(get('dataset', 'hash'))}"),
+        ("scorer hash", _text(get("scorer_hash"))),
+        ("scorer files", _text(get("scorer_files"))),
+        ("judge hashes", _text(get("judge_hashes"))),
+        ("requests hash", _text(get("requests_hash"))),
+        ("provider", _text(get("model", "provider"))),
+        ("requested model", _text(get("model", "requested"))),
+        ("served model", _text(get("model", "served"))),
+        ("base URL", _text(get("model", "base_url"))),
+        ("git", git),
+        ("gradetrail version", _text(get("gradetrail_version"))),
+        (
+            "pricing",
+            f"{_text(get('pricing', 'version'))} of {_text(get('pricing', 'effective_date'))}",
+        ),
+        ("execution", _text(get("execution"))),
+        ("started / finished", f"{_text(get('started_at'))} / {_text(get('finished_at'))}"),
+        ("timings (s)", ", ".join(f"{k} {float(v):.2f}" for k, v in timings.items()) or "unknown"),
+        ("calls / cache hits", f"{_text(get('calls'))} / {_text(get('cache_hits'))}"),
+        ("cost paid by this run", _usd(get("cost_paid_usd"))),
+    ]
+
+
+def _usd(value: Any) -> str:
+    return f"${float(value):.6f}" if isinstance(value, int | float) else "unknown"
+
+
+def _check_one_identity(runs: Sequence[Run], labels: Sequence[str]) -> None:
+    identities = {r.manifest.get("identity") for r in runs}
+    if len(identities) > 1:
+        pairs = zip(labels, runs, strict=True)
+        listed = "; ".join(f"{label}: {str(r.manifest.get('identity'))[:12]}" for label, r in pairs)
+        raise NotComparable(
+            f"a report covers runs of one identity (one spec, dataset and scorer); got {listed}"
+        )
+
+
+def build_views(
+    runs: Sequence[Run],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+    method: ProportionMethod = "wilson",
+    settings: BootstrapSettings | None = None,
+) -> tuple[list[RunView], list[PairView]]:
+    labels = distinct_labels(runs)
+    views = []
+    for label, run in zip(labels, runs, strict=True):
+        stats = run_stats(
+            run.rows, threshold=threshold, confidence=confidence, method=method, settings=settings
+        )
+        failures = []
+        for row in run.rows:
+            rec = record(row)
+            if not rec.passes(threshold):
+                failures.append(_failure(row, rec))
+        warnings = [str(w) for w in run.manifest.get("warnings") or []]
+        views.append(RunView(label, stats, reproducibility_facts(run.manifest), warnings, failures))
+    pairs = []
+    for (i, a), (j, b) in combinations(enumerate(runs), 2):
+        names = (labels[i], labels[j])
+        try:
+            notes = check_comparable(a.manifest, b.manifest, labels=names)
+            result = compare(
+                a.rows,
+                b.rows,
+                labels=names,
+                threshold=threshold,
+                confidence=confidence,
+                method=method,
+                settings=settings,
+                notes=notes,
+            )
+            pairs.append(PairView(*names, result, None))
+        except NotComparable as exc:
+            pairs.append(PairView(*names, None, str(exc)))
+    return views, pairs
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("gradetrail_lib", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["usd"] = _usd
+    env.filters["num"] = lambda x, d=3: "n/a" if x is None else f"{float(x):.{d}f}"
+    env.filters["percent"] = percent
+    return env
+
+
+def render_report(
+    runs: Sequence[Run],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+    method: ProportionMethod = "wilson",
+    settings: BootstrapSettings | None = None,
+    title: str | None = None,
+) -> str:
+    """The report for one or more runs of one identity (e.g. one per model)."""
+    if not runs:
+        raise ValueError("a report needs at least one run")
+    labels = distinct_labels(runs)
+    _check_one_identity(runs, labels)
+    views, pairs = build_views(
+        runs, threshold=threshold, confidence=confidence, method=method, settings=settings
+    )
+    spec = (runs[0].manifest.get("spec") or {}).get("name", "eval")
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            title=title or f"gradetrail report: {spec}",
+            spec_name=spec,
+            identity=str(runs[0].manifest.get("identity")),
+            runs=views,
+            pairs=pairs,
+            threshold=threshold,
+            confidence=confidence,
+            method=method,
+            bootstrap=settings or BootstrapSettings(),
+        )
+    )
+
+
+def write_report(
+    run_dir: Path | Sequence[Path],
+    output: Path | None = None,
+    **options: Any,
+) -> Path:
+    """Render the report for one run directory (or several of one identity) and write it,
+    by default to <first run dir>/report.html. Returns the path written."""
+    dirs = [run_dir] if isinstance(run_dir, Path) else list(run_dir)
+    runs = load_runs(dirs)
+    target = output or dirs[0] / REPORT_FILE
+    html = render_report(runs, **options)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Written whole and renamed, so a browser never opens half a report.
+    staging = target.with_name(f".{target.name}.tmp")
+    staging.write_text(html, encoding="utf-8")
+    staging.replace(target)
+    return target

@@ -1,0 +1,11 @@
+"""Defaults of the statistics, apart from the stats package so that the CLI can build
+its parser without importing scipy (most of a second on every command)."""
+
+from typing import Literal
+
+ProportionMethod = Literal["wilson", "exact"]
+PROPORTION_METHODS: tuple[ProportionMethod, ...] = ("wilson", "exact")
+DEFAULT_CONFIDENCE = 0.95
+# A sample passes at score >= 1.0: binary scorers give 0 or 1.
+DEFAULT_THRESHOLD = 1.0
+DEFAULT_GATE_THRESHOLD = 0.02
