@@ -6,6 +6,7 @@ the scorer, and each asset reports a content hash of its output as its data vers
 The engine does the work; these functions only orchestrate and describe it.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,19 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 )
 from dagster_duckdb import DuckDBResource
 
-from gradetrail_assets.metadata import responses_metadata, scores_metadata
+from gradetrail_assets.leaderboard import build_leaderboard, leaderboard_metadata
+from gradetrail_assets.metadata import responses_metadata, scores_metadata, stats_metadata
 from gradetrail_assets.names import dagster_name, job_name, partitions_name
 from gradetrail_assets.resources import GradetrailResource
-from gradetrail_assets.tables import SCORE_COLUMNS, replace_partition, score_rows
+from gradetrail_assets.tables import (
+    SCORE_COLUMNS,
+    STATS_COLUMNS,
+    read_stats,
+    replace_partition,
+    score_rows,
+    stats_row,
+)
+from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.identity import (
     responses_fingerprint,
     rows_fingerprint,
@@ -28,10 +38,18 @@ from gradetrail_lib.identity import (
     spec_requests_hash,
 )
 from gradetrail_lib.pipeline import EvalPlan, Responses, fetch_responses, load_spec_dataset, plan
+from gradetrail_lib.report import write_report
 from gradetrail_lib.run import complete_run
+from gradetrail_lib.runs import load_run
 from gradetrail_lib.spec import LoadedSpec
+from gradetrail_lib.stats import run_stats
+from gradetrail_lib.summary import RunSummary
 
 DB_POOL = "gradetrail_duckdb"
+STEPS = ("dataset", "responses", "scores", "stats", "report")
+# Bumped by hand when the statistics or the report template change meaning.
+STATS_VERSION = "stats-1"
+REPORT_VERSION = "report-1"
 
 # Carries an edit down the graph tick by tick: Dagster's staleness goes one edge deep.
 PROPAGATE = dg.AutomationCondition.eager() | dg.AutomationCondition.code_version_changed()
@@ -57,7 +75,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     name = dagster_name(spec.name)
     partitions = dg.DynamicPartitionsDefinition(name=partitions_name(spec.name))
     dataset_hash = load_spec_dataset(loaded).content_hash
-    keys = {step: dg.AssetKey([name, step]) for step in ("dataset", "responses", "scores")}
+    keys = {step: dg.AssetKey([name, step]) for step in STEPS}
     common: dict[str, Any] = {"group_name": name, "partitions_def": partitions}
 
     @dg.asset(
@@ -119,7 +137,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         gradetrail: GradetrailResource,
         duckdb: DuckDBResource,
         responses: Responses,
-    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    ) -> Iterator[dg.Output[str] | dg.AssetCheckResult]:
         eval_plan = _plan_for(loaded, context.partition_key)
         done = complete_run(eval_plan, responses, gradetrail.results_root())
         identity = done.manifest["identity"]
@@ -127,28 +145,91 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             duckdb, "scores", SCORE_COLUMNS, spec.name, context.partition_key,
             score_rows(spec.name, context.partition_key, identity, done.rows),
         )  # fmt: skip
-        return dg.MaterializeResult(
+        # The run directory is what the steps downstream read.
+        yield dg.Output(
+            str(done.run_dir),
             data_version=dg.DataVersion(rows_fingerprint(done.rows)),
             metadata=scores_metadata(done.summary, done.rows, done.manifest, str(done.run_dir)),
-            check_results=_checks(eval_plan, done.summary.samples, done.summary, done.manifest,
-                                  gradetrail),
+        )
+        yield from _checks(eval_plan, done.summary, done.manifest, gradetrail)
+
+    @dg.asset(
+        key=keys["stats"],
+        ins={"scores": dg.AssetIn(keys["scores"])},
+        code_version=STATS_VERSION,
+        automation_condition=PROPAGATE,
+        pool=DB_POOL,
+        description="Pass rate and mean score with intervals and n, outcomes, tokens, cost, "
+        "latency percentiles; writes the `stats` table.",
+        **common,
+    )
+    def stats(
+        context: dg.AssetExecutionContext, duckdb: DuckDBResource, scores: str
+    ) -> dg.Output[str]:
+        run = load_run(Path(scores))
+        figures = run_stats(run.rows)
+        replace_partition(
+            duckdb, "stats", STATS_COLUMNS, spec.name, context.partition_key,
+            [stats_row(spec.name, context.partition_key, run, figures)],
         )  # fmt: skip
+        return dg.Output(
+            scores,
+            data_version=dg.DataVersion(hash_json(figures.to_json())),
+            metadata=stats_metadata(figures),
+        )
+
+    @dg.asset(
+        key=keys["report"],
+        ins={"stats": dg.AssetIn(keys["stats"])},
+        code_version=REPORT_VERSION,
+        automation_condition=PROPAGATE,
+        description="One self-contained HTML report (no scripts, no network) in the run directory.",
+        **common,
+    )
+    def report(stats: str) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        path = write_report(Path(stats))
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(sha256_hex(path.read_bytes())),
+            metadata={
+                "report": dg.MetadataValue.path(str(path.resolve())),
+                "url": dg.MetadataValue.url(path.resolve().as_uri()),
+                "run_dir": dg.MetadataValue.path(stats),
+            },
+        )
+
+    @dg.asset(
+        key=dg.AssetKey([name, "leaderboard"]),
+        group_name=name,
+        deps=[dg.AssetDep(keys["stats"], partition_mapping=dg.AllPartitionMapping())],
+        automation_condition=dg.AutomationCondition.eager(),
+        pool=DB_POOL,
+        description="Every model of the spec ranked by pass rate, with intervals, n, and "
+        "paired verdicts (exact McNemar, bootstrap interval) between them.",
+    )
+    def leaderboard(duckdb: DuckDBResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        board = build_leaderboard(read_stats(duckdb, spec.name))
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(hash_json(board)),
+            metadata=leaderboard_metadata(board),
+        )
 
     job = dg.define_asset_job(
         job_name(spec.name),
         selection=dg.AssetSelection.groups(name),
         description=f"Evaluate spec {spec.name} for one model partition.",
     )
-    return SpecGraph(loaded, partitions, [dataset, responses, scores], job)
+    return SpecGraph(
+        loaded, partitions, [dataset, responses, scores, stats, report, leaderboard], job
+    )
 
 
 def _checks(
     eval_plan: EvalPlan,
-    n: int,
-    summary: Any,
+    summary: RunSummary,
     manifest: dict[str, Any],
     settings: GradetrailResource,
 ) -> list[dg.AssetCheckResult]:
+    n = summary.samples
     errors = summary.outcomes.get("provider_error", 0)
     truncated = summary.failure_modes.get("truncated", 0)
     error_rate = errors / n if n else 0.0
@@ -173,10 +254,3 @@ def _checks(
             metadata={"identity": manifest.get("identity", ""), "expected": expected_identity},
         ),
     ]  # fmt: skip
-
-
-def run_dir_of(loaded: LoadedSpec, settings: GradetrailResource, model: str) -> Path:
-    from gradetrail_lib.rundir import run_dir_name
-
-    identity = run_identity(loaded, load_spec_dataset(loaded).content_hash)
-    return settings.results_root() / run_dir_name(loaded.spec.name, model, identity)

@@ -5,6 +5,7 @@ from typing import Any
 import dagster as dg
 
 from gradetrail_lib.pipeline import Responses, ResultRow
+from gradetrail_lib.stats import RunStats, describe
 from gradetrail_lib.summary import RunSummary
 
 
@@ -53,4 +54,31 @@ def scores_metadata(
         "cache_hits": dg.MetadataValue.int(summary.cache_hits),
         "identity": dg.MetadataValue.text(manifest["identity"]),
         "run_dir": dg.MetadataValue.path(run_dir),
+    }
+
+
+def stats_metadata(figures: RunStats) -> dict[str, Any]:
+    latency = figures.latency
+    lines = [
+        f"**Pass rate** (score >= {figures.threshold:g}): {describe(figures.pass_rate)}",
+        f"**Mean score**: {describe(figures.mean_score)}",
+    ]
+    if figures.unscored:
+        lines.append(f"{figures.unscored} samples unscored, counted as failures")
+    if latency.p50 is not None:
+        lines.append(
+            f"**Latency** p50 {latency.p50:.3f}s, p90 {latency.p90:.3f}s, "
+            f"p99 {latency.p99:.3f}s (n={latency.n})"
+        )
+    interval = figures.pass_rate.interval
+    return {
+        "summary": dg.MetadataValue.md("\n\n".join(lines)),
+        "pass_rate": dg.MetadataValue.float(figures.pass_rate.value or 0.0),
+        "pass_rate_low": dg.MetadataValue.float(interval.low if interval else 0.0),
+        "pass_rate_high": dg.MetadataValue.float(interval.high if interval else 0.0),
+        "n": dg.MetadataValue.int(figures.samples),
+        "outcomes": dg.MetadataValue.json(figures.outcomes),
+        "cost": dg.MetadataValue.text(_money(figures.cost_usd)),
+        "cache_hits": dg.MetadataValue.int(figures.cache_hits),
+        "stats": dg.MetadataValue.json(figures.to_json()),
     }

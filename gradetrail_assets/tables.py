@@ -7,6 +7,8 @@ from dagster_duckdb import DuckDBResource
 
 from gradetrail_lib.duckdb_rows import Column, insert_rows
 from gradetrail_lib.pipeline import ResultRow
+from gradetrail_lib.runs import Run
+from gradetrail_lib.stats import RunStats
 
 SCORE_COLUMNS: list[Column] = [
     ("spec", "VARCHAR"), ("model", "VARCHAR"), ("identity", "VARCHAR"), ("id", "VARCHAR"),
@@ -17,10 +19,13 @@ SCORE_COLUMNS: list[Column] = [
 ]  # fmt: skip
 
 STATS_COLUMNS: list[Column] = [
-    ("spec", "VARCHAR"), ("model", "VARCHAR"), ("identity", "VARCHAR"), ("n", "BIGINT"),
-    ("passed", "BIGINT"), ("pass_rate", "DOUBLE"), ("ci_low", "DOUBLE"), ("ci_high", "DOUBLE"),
-    ("mean_score", "DOUBLE"), ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"),
-    ("cost_usd", "DOUBLE"), ("cache_hits", "BIGINT"), ("run_dir", "VARCHAR"),
+    ("spec", "VARCHAR"), ("model", "VARCHAR"), ("identity", "VARCHAR"),
+    ("scorer_hash", "VARCHAR"), ("dataset_hash", "VARCHAR"), ("n", "BIGINT"),
+    ("passed", "BIGINT"), ("pass_rate", "DOUBLE"), ("pass_low", "DOUBLE"),
+    ("pass_high", "DOUBLE"), ("scored", "BIGINT"), ("mean_score", "DOUBLE"),
+    ("mean_low", "DOUBLE"), ("mean_high", "DOUBLE"), ("confidence", "DOUBLE"),
+    ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("cost_usd", "DOUBLE"),
+    ("cache_hits", "BIGINT"), ("run_dir", "VARCHAR"),
 ]  # fmt: skip
 
 
@@ -68,3 +73,19 @@ def read_stats(duckdb: DuckDBResource, spec: str) -> list[dict[str, Any]]:
         cursor = connection.execute("SELECT * FROM stats WHERE spec = ? ORDER BY model", [spec])
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def stats_row(spec: str, model: str, run: Run, figures: RunStats) -> tuple[Any, ...]:
+    manifest = run.manifest
+    passing, mean = figures.pass_rate, figures.mean_score
+    return (
+        spec, model, manifest["identity"], manifest.get("scorer_hash"),
+        manifest.get("dataset", {}).get("hash"), passing.n, passing.successes, passing.value,
+        passing.interval.low if passing.interval else None,
+        passing.interval.high if passing.interval else None,
+        mean.n, mean.value, mean.interval.low if mean.interval else None,
+        mean.interval.high if mean.interval else None,
+        passing.interval.confidence if passing.interval else None,
+        figures.input_tokens, figures.output_tokens, figures.cost_usd, figures.cache_hits,
+        str(run.path),
+    )  # fmt: skip

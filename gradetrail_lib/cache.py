@@ -89,12 +89,14 @@ class ResponseCache:
             connection.execute(SCHEMA)
 
     def lookup(self, keys: Sequence[str]) -> dict[str, ModelResponse]:
+        """Cached responses by key. The raw provider body stays in the file (for audit) and
+        is not loaded: nothing downstream reads it, and parsing it dominates a warm run."""
         if not keys:
             return {}
         with open_connection(self.path) as connection:
             rows = connection.execute(
                 "SELECT key, served_model, text, stop_reason, input_tokens, output_tokens,"
-                " latency_s, attempts, raw FROM responses"
+                " latency_s, attempts FROM responses"
                 " WHERE key IN (SELECT unnest($keys::VARCHAR[]))",
                 {"keys": list(set(keys))},
             ).fetchall()
@@ -107,7 +109,6 @@ class ResponseCache:
                 output_tokens=row[5],
                 latency_s=row[6],
                 attempts=row[7],
-                raw=json.loads(row[8]),
             )
             for row in rows
         }

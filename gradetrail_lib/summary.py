@@ -41,14 +41,19 @@ def summarize(rows: list[ResultRow]) -> RunSummary:
     )
 
 
-def format_summary(summary: RunSummary, wall_s: float) -> str:
+def format_summary(summary: RunSummary, rows: list[ResultRow], wall_s: float) -> str:
+    """The summary `gradetrail run` prints; the mean and pass rate carry interval and n."""
+    from gradetrail_lib.stats import describe, run_stats  # scipy: only when printing
+
+    stats = run_stats(rows)
     counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
-    mean = f"{summary.mean_score:.4f}" if summary.mean_score is not None else "n/a"
+    unscored = f"; {stats.unscored} unscored count as failures" if stats.unscored else ""
     cost = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "unknown"
     return "\n".join(
         [
             f"Samples: {summary.samples} ({counts})",
-            f"Mean score: {mean} (n={summary.scored})",
+            f"Mean score: {describe(stats.mean_score)}",
+            f"Pass rate (score >= {stats.threshold:g}): {describe(stats.pass_rate)}{unscored}",
             f"Tokens: {summary.input_tokens} in / {summary.output_tokens} out",
             f"Cost: {cost}",
             f"Cache hits: {summary.cache_hits}/{summary.samples}",

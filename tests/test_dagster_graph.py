@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import pytest
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 from dagster._core.loader import LoadingContextForTest
@@ -10,10 +11,11 @@ from dagster._core.loader import LoadingContextForTest
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from tests.conftest import write_addition_dataset, write_spec
-from tests.support.fake_llm_server import FakeLLMServer
+from tests.support.fake_llm_server import FakeLLMServer, default_responder
 
 N = 8
 MODEL = "fake-1"
+STEPS = ("dataset", "responses", "scores", "stats", "report")
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def test_definitions_load_and_a_broken_spec_does_not_take_the_others_down(
     defs = defs_for(project)
     dg.Definitions.validate_loadable(defs)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert {"add/dataset", "add/responses", "add/scores"} <= keys
+    assert {f"add/{step}" for step in STEPS} | {"add/leaderboard"} <= keys
     errors = defs.resolve_assets_def(dg.AssetKey(["gradetrail", "spec_errors"]))
     description = errors.descriptions_by_key[dg.AssetKey(["gradetrail", "spec_errors"])]
     assert "broken.yaml:3: bogus: unknown key" in description
@@ -76,7 +78,7 @@ def test_materialize_then_scorer_edit_is_stale_only_downstream_and_costs_no_call
 ) -> None:
     instance.add_dynamic_partitions("add__models", [MODEL])
     defs = defs_for(project)
-    result = materialize(defs, instance, project, ["dataset", "responses", "scores"])
+    result = materialize(defs, instance, project, list(STEPS))
     assert result.success
     assert fake_server.calls == N
     scores_event = result.asset_materializations_for_node("add__scores")[0]
@@ -85,7 +87,22 @@ def test_materialize_then_scorer_edit_is_stale_only_downstream_and_costs_no_call
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"provider_error_rate": True, "truncation_rate": True,
                       "identity_recorded": True}  # fmt: skip
-    for step in ("dataset", "responses", "scores"):
+    stats_event = result.asset_materializations_for_node("add__stats")[0]
+    passed = sum(1 for i in range(N) if i % 4)
+    assert stats_event.metadata["pass_rate"].value == passed / N
+    assert "wilson, n=8" in str(stats_event.metadata["summary"].value)
+    low, high = (
+        stats_event.metadata["pass_rate_low"].value,
+        stats_event.metadata["pass_rate_high"].value,
+    )
+    assert 0 < low < passed / N < high < 1
+    report_event = result.asset_materializations_for_node("add__report")[0]
+    report_path = Path(str(report_event.metadata["report"].value))
+    assert report_path.is_file() and "<details" in report_path.read_text()
+    with duckdb.connect(str(project / ".gradetrail" / "gradetrail.duckdb")) as db:
+        assert db.execute("SELECT count(*) FROM scores").fetchone() == (N,)
+        assert db.execute("SELECT n, passed FROM stats").fetchall() == [(N, passed)]
+    for step in STEPS:
         assert stale_status(defs, instance, step) == StaleStatus.FRESH
 
     # Edit only the scorer: scores is stale ("new code version"), responses is not.
@@ -131,3 +148,49 @@ def test_automation_carries_a_scorer_edit_down_without_touching_responses(
         for p in tick.get_requested_partitions(k)
     }
     assert requested == {("add/scores", MODEL)}
+
+
+def test_leaderboard_ranks_models_with_intervals_and_a_paired_verdict(
+    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    """Two models of one spec: "good" answers right, "bad" answers every sample wrong."""
+    fake_server.responder = lambda body: (
+        "Answer: 0" if body["model"] == "bad" else default_responder(body)
+    )
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    n = 24
+    write_addition_dataset(specs / "data" / "add.jsonl", n)
+    url = f"{fake_server.base_url}/v1"
+    spec = write_spec(specs / "add.yaml", base_url=url, model="good")
+    spec.write_text(
+        spec.read_text().replace(
+            "models:\n",
+            f'models:\n  - {{provider: openai_compatible, name: bad, base_url: "{url}"}}\n',
+        )
+    )
+    instance.add_dynamic_partitions("add__models", ["good", "bad"])
+    defs = build_definitions(specs, settings(tmp_path))
+    job = defs.resolve_job_def("add__eval")
+    for model in ("good", "bad"):
+        assert job.execute_in_process(
+            instance=instance,
+            partition_key=model,
+            asset_selection=[
+                dg.AssetKey(["add", s]) for s in ("dataset", "responses", "scores", "stats")
+            ],
+            resources={"io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "storage"))},
+        ).success
+    board_job = dg.define_asset_job("board", selection=[dg.AssetKey(["add", "leaderboard"])])
+    with_board = dg.Definitions.merge(defs, dg.Definitions(jobs=[board_job]))
+    result = with_board.resolve_job_def("board").execute_in_process(instance=instance)
+    assert result.success
+    board = result.asset_materializations_for_node("add__leaderboard")[0].metadata["board"].value
+    assert [m["model"] for m in board["models"]] == ["good", "bad"]
+    assert board["models"][0]["passed"] == sum(1 for i in range(n) if i % 4)
+    assert board["models"][1]["passed"] == 0
+    (pair,) = board["pairs"]
+    assert (pair["a"], pair["b"], pair["n"]) == ("good", "bad", n)
+    assert (pair["verdict"], pair["winner"]) == ("A", "good")
+    assert pair["high"] < 0
+    assert pair["mcnemar_p"] < 0.001

@@ -23,7 +23,26 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     run = commands.add_parser("run", help="run an eval spec")
     run.add_argument("spec", type=Path)
     run.add_argument("--model", help="run only this model of the spec")
-    run.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    run.add_argument(
+        "--backend",
+        default=os.environ.get("GRADETRAIL_BACKEND", "local"),
+        help="where requests are sent from: local (this process) or ray "
+        "(env GRADETRAIL_BACKEND; default local)",
+    )
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="requests in flight (with --backend ray: per worker)",
+    )
+    run.add_argument(
+        "--workers", type=int, default=None, help="Ray worker actors (--backend ray; default 2)"
+    )
+    run.add_argument(
+        "--ray-address",
+        default=None,
+        help="existing Ray cluster to use (env RAY_ADDRESS); default: start a local one",
+    )
     run.add_argument(
         "--results",
         type=Path,
@@ -47,7 +66,22 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 def make_backend(args: argparse.Namespace) -> Backend:
     if args.concurrency < 1:
         raise GradetrailError("--concurrency must be at least 1")
-    return LocalBackend(concurrency=args.concurrency)
+    if args.backend == "local":
+        for flag, value in (("--workers", args.workers), ("--ray-address", args.ray_address)):
+            if value is not None:
+                raise GradetrailError(f"{flag} needs --backend ray")
+        return LocalBackend(concurrency=args.concurrency)
+    if args.backend == "ray":
+        workers = 2 if args.workers is None else args.workers
+        if workers < 1:
+            raise GradetrailError("--workers must be at least 1")
+        # Imported here: the module is light, but ray itself (imported when the run
+        # starts) takes seconds, and no other command should pay for it.
+        from gradetrail_lib.backends.ray_backend import RayBackend
+
+        return RayBackend(workers=workers, concurrency=args.concurrency, address=args.ray_address)
+    # Not argparse `choices`: those do not check a default taken from the environment.
+    raise GradetrailError(f"unknown backend {args.backend!r} (local or ray)")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -68,7 +102,7 @@ def run_command(args: argparse.Namespace) -> int:
         done = complete_run(eval_plan, responses, args.results, started_at=started_at)
         any_scored = any_scored or done.summary.any_scored
         print(f"Run: {label} -> {done.run_dir}", file=out)
-        print(format_summary(done.summary, time.perf_counter() - started), file=out)
+        print(format_summary(done.summary, done.rows, time.perf_counter() - started), file=out)
         for warning in done.manifest["warnings"]:
             print(f"Warning: {warning}", file=out)
     return EXIT_OK if any_scored else EXIT_FAILED
