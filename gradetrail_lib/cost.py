@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradetrail_lib.pricing import PriceList
-from gradetrail_lib.stats.records import RowLike, records
+from gradetrail_lib.records import RowLike, records
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.records import SampleRecord, record
 from gradetrail_lib.runs import Run, distinct_labels, load_runs
 from gradetrail_lib.stats import (
     DEFAULT_CONFIDENCE,
@@ -28,7 +29,6 @@ from gradetrail_lib.stats import (
     compare,
     run_stats,
 )
-from gradetrail_lib.stats.records import SampleRecord, record
 from gradetrail_lib.stats.run_stats import percent
 
 REPORT_FILE = "report.html"

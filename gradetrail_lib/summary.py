@@ -1,10 +1,11 @@
 """Run totals: counts per outcome, mean score, tokens, cost, cache hits."""
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradetrail_lib.pipeline import ResultRow
 from gradetrail_lib.pricing import sum_costs
+from gradetrail_lib.records import RowLike, records
 
 
 @dataclass(frozen=True)
@@ -24,24 +25,29 @@ class RunSummary:
         return self.scored > 0
 
 
-def summarize(rows: list[ResultRow]) -> RunSummary:
-    outcomes = Counter(r.outcome for r in rows)
-    scores = [r.score for r in rows if r.score is not None]
-    answered = [r for r in rows if r.response is not None]
+OUTCOMES = ("scored", "provider_error", "scorer_error")
+
+
+def summarize(rows: Sequence[RowLike]) -> RunSummary:
+    """Counts and totals of a run, from ResultRows or the JSON rows of results.jsonl."""
+    recs = records(rows)
+    outcomes = Counter(r.outcome for r in recs)
+    scores = [r.score for r in recs if r.scored and r.score is not None]
+    answered = [r for r in recs if r.answered]
     return RunSummary(
-        samples=len(rows),
-        outcomes={k: outcomes.get(k, 0) for k in ("scored", "provider_error", "scorer_error")},
-        failure_modes=dict(Counter(r.failure_mode for r in rows if r.failure_mode)),
+        samples=len(recs),
+        outcomes={k: outcomes.get(k, 0) for k in OUTCOMES},
+        failure_modes=dict(sorted(Counter(r.failure_mode for r in recs if r.failure_mode).items())),
         scored=len(scores),
         mean_score=sum(scores) / len(scores) if scores else None,
         input_tokens=sum(r.input_tokens or 0 for r in answered),
         output_tokens=sum(r.output_tokens or 0 for r in answered),
         cost_usd=sum_costs([r.cost_usd for r in answered]),
-        cache_hits=sum(r.cache_hit for r in rows),
+        cache_hits=sum(r.cache_hit for r in recs),
     )
 
 
-def format_summary(summary: RunSummary, rows: list[ResultRow], wall_s: float) -> str:
+def format_summary(summary: RunSummary, rows: Sequence[RowLike], wall_s: float) -> str:
     """The summary `gradetrail run` prints; the mean and pass rate carry interval and n."""
     from gradetrail_lib.stats import describe, run_stats  # scipy: only when printing
 

@@ -14,6 +14,7 @@ test session or a long-lived service) is used as it is and left connected.
 `gradetrail --version`) never pays for importing it.
 """
 
+import asyncio
 import ipaddress
 import logging
 import os
@@ -51,6 +52,7 @@ MAX_WORKER_DEATHS_PER_REQUEST = 3
 # slots busy while the driver turns a result into the next submission.
 MIN_QUEUED_PER_WORKER = 2
 READY_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
 
 _forced_single_machine = False
 
@@ -104,25 +106,61 @@ class _Queue:
 
 
 class _Worker:
-    """The actor body: one event loop, up to C concurrent `send` calls, its own clients."""
+    """The actor body: one event loop, at most C requests sending, its own clients.
+
+    The actor admits more calls than C (the driver's window, plus one slot for `stop`),
+    and a semaphore lets C of them send: queued calls wait here rather than in Ray's
+    queue, so that `stop` never waits behind them.
+    """
 
     def __init__(self, concurrency: int, per_client: int, policy: RetryPolicy) -> None:
         self._concurrency = concurrency
         self._per_client = per_client
         self._policy = policy
         self._pool: ClientPool | None = None
+        self._sending: asyncio.Semaphore | None = None
+        self._calls: set[asyncio.Future[Outcome]] = set()
+        self._stopped = False
 
     async def ready(self) -> str:
         # The driver compares versions: a cluster with another gradetrail installed
         # would send requests by other rules than the ones the manifest records.
         return gradetrail_lib.__version__
 
-    async def send(self, request: ModelRequest) -> Outcome:
+    async def send(self, request: ModelRequest) -> Outcome | None:
+        """The outcome, or None when the worker was stopped before it was sent."""
         # Created on the actor's event loop, on first use (async actors run __init__
         # outside it). No await between the check and the assignment.
-        if self._pool is None:
+        if self._pool is None or self._sending is None:
             self._pool = ClientPool(self._concurrency, self._per_client)
-        return await self._pool.send(request, self._policy)
+            self._sending = asyncio.Semaphore(self._concurrency)
+        async with self._sending:
+            if self._stopped:
+                return None
+            call = asyncio.ensure_future(self._pool.send(request, self._policy))
+            self._calls.add(call)
+            try:
+                return await call
+            except asyncio.CancelledError:
+                if self._stopped:
+                    return None
+                raise
+            finally:
+                self._calls.discard(call)
+
+    async def stop(self) -> int:
+        """Send nothing more: cancel what is sending and return once it has ended.
+
+        ray.kill alone is not enough: the driver hears that an actor is dead before its
+        process has stopped, and calls still queued there may send meanwhile.
+        """
+        self._stopped = True
+        calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+        if calls:
+            await asyncio.wait(calls)
+        return len(calls)
 
 
 def _is_loopback(address: str) -> bool:
@@ -138,6 +176,7 @@ def _is_loopback(address: str) -> bool:
 def _import_ray(loopback: bool) -> ModuleType:
     """`ray`, imported in single-machine mode when the cluster is on this machine only."""
     global _forced_single_machine
+    restore = False
     if loopback:
         if os.environ.get(SINGLE_MACHINE_ENV) != "0":
             os.environ[SINGLE_MACHINE_ENV] = "0"
@@ -146,15 +185,17 @@ def _import_ray(loopback: bool) -> ModuleType:
         # An earlier local run of this process forced it; a driver of a remote cluster
         # must be reachable on the machine's address again.
         os.environ.pop(SINGLE_MACHINE_ENV, None)
-        _forced_single_machine = False
+        _forced_single_machine, restore = False, True
     import ray
     import ray._private.ray_constants as ray_constants
 
-    if loopback == ray_constants.ENABLE_RAY_CLUSTER:
-        # ray was imported before the variable was (un)set. The flag is read at call
-        # time, so setting it has the same effect; start_local_cluster() checks the
-        # node's address afterwards in any case.
-        ray_constants.ENABLE_RAY_CLUSTER = not loopback
+    # Ray read the variable when it was first imported, perhaps before we set it. The
+    # flag is read at call time, so setting it has the same effect; start_local_cluster()
+    # checks the node's address afterwards in any case.
+    if loopback:
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    elif restore:
+        ray_constants.ENABLE_RAY_CLUSTER = not ray_constants.IS_WINDOWS_OR_OSX
     return ray
 
 
@@ -185,8 +226,14 @@ def _prepare_local_auth() -> None:
 
 def start_local_cluster(num_cpus: int = 2) -> ModuleType:
     """Start a loopback-only, token-protected local Ray cluster and connect to it."""
+    imported_before = "ray" in sys.modules
+    _prepare_local_auth()  # before the import: Ray reads RAY_AUTH_MODE when loaded
     ray = _import_ray(loopback=True)
-    _prepare_local_auth()
+    if imported_before:
+        # What Ray itself does when it turns token auth on: reload its cached config
+        # (and the token loader's cache) so that this process sees the mode too.
+        ray._raylet.Config.initialize("")
+        ray._raylet.AuthenticationTokenLoader.instance().reset_cache()
     ray.init(
         address="local",  # never RAY_ADDRESS: the caller decided to start one
         num_cpus=num_cpus,
@@ -341,7 +388,9 @@ class RayBackend:
         self._slots = []
         actor_class = ray.remote(_Worker).options(
             num_cpus=0,  # the actors wait on the network; CPUs stay free for others
-            max_concurrency=self.concurrency,
+            # Every call of the window runs at once (the actor's semaphore lets C of
+            # them send), and one slot stays free for `stop`.
+            max_concurrency=window + 1,
             max_restarts=0,  # a dead worker's requests go elsewhere instead
             max_task_retries=0,
         )
@@ -405,10 +454,14 @@ class RayBackend:
                         tracker.success()
             stats.send_s = time.perf_counter() - send_started
         finally:
-            # On abort, error or interrupt: cancel what is outstanding by ending the
-            # actors (in-flight HTTP requests are dropped with them).
-            for slot in self._slots:
-                if slot.alive:
-                    ray.kill(slot.handle)
-                    slot.alive = False
+            # On abort, error or interrupt: stop the actors' sending (see _Worker.stop)
+            # and wait for it, so that after run() returns no worker of ours sends
+            # anything; then end them, which cancels all that remains.
+            live = [slot for slot in self._slots if slot.alive]
+            if in_flight and live:
+                stops = [slot.handle.stop.remote() for slot in live]
+                ray.wait(stops, num_returns=len(stops), timeout=STOP_TIMEOUT_S)
+            for slot in live:
+                ray.kill(slot.handle)
+                slot.alive = False
             in_flight.clear()

@@ -4,6 +4,7 @@ Pure functions from result rows (ResultRow or the JSON rows of results.jsonl) an
 manifests to dataclasses; the CLI and the Dagster assets both call these.
 """
 
+from gradetrail_lib.records import RowLike, SampleRecord, records
 from gradetrail_lib.stats.gate import GateDecision, gate
 from gradetrail_lib.stats.intervals import (
     BootstrapSettings,
@@ -22,7 +23,6 @@ from gradetrail_lib.stats.paired import (
     mcnemar_exact,
     pair_up,
 )
-from gradetrail_lib.stats.records import RowLike, SampleRecord, records
 from gradetrail_lib.stats.run_stats import Latency, RunStats, describe, interval_line, run_stats
 from gradetrail_lib.stats_defaults import (
     DEFAULT_CONFIDENCE,

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from scipy.stats import binomtest
 
 from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.records import RowLike, SampleRecord, records
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
-from gradetrail_lib.stats.records import RowLike, SampleRecord, records
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 
 Verdict = Literal["A", "B", "no winner"]

@@ -7,19 +7,17 @@ whose n is the scored samples only; `unscored` reports how many there were, so
 neither figure hides them.
 """
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gradetrail_lib.pricing import sum_costs
+from gradetrail_lib.records import RowLike, records
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
-from gradetrail_lib.stats.records import RowLike, records
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
+from gradetrail_lib.summary import summarize
 
-OUTCOMES = ("scored", "provider_error", "scorer_error")
 LATENCY_PERCENTILES = (50, 90, 99)
 
 
@@ -86,23 +84,23 @@ def run_stats(
     settings: BootstrapSettings | None = None,
 ) -> RunStats:
     recs = records(rows)
-    outcomes = Counter(r.outcome for r in recs)
+    base = summarize(recs)
     scores = [r.score for r in recs if r.scored and r.score is not None]
     answered = [r for r in recs if r.answered]
     return RunStats(
-        samples=len(recs),
-        outcomes={k: outcomes.get(k, 0) for k in OUTCOMES},
-        failure_modes=dict(sorted(Counter(r.failure_mode for r in recs if r.failure_mode).items())),
-        unscored=len(recs) - len(scores),
+        samples=base.samples,
+        outcomes=base.outcomes,
+        failure_modes=base.failure_modes,
+        unscored=base.samples - base.scored,
         truncated=sum(r.truncated for r in recs),
         threshold=threshold,
         pass_rate=proportion(sum(r.passes(threshold) for r in recs), len(recs), confidence, method),
         mean_score=mean_estimate(scores, confidence, method=method, settings=settings),
-        input_tokens=sum(r.input_tokens or 0 for r in answered),
-        output_tokens=sum(r.output_tokens or 0 for r in answered),
-        cost_usd=sum_costs([r.cost_usd for r in answered]),
+        input_tokens=base.input_tokens,
+        output_tokens=base.output_tokens,
+        cost_usd=base.cost_usd,
         latency=latency_of([r.latency_s for r in answered if r.latency_s is not None]),
-        cache_hits=sum(r.cache_hit for r in recs),
+        cache_hits=base.cache_hits,
     )
 
 
