@@ -58,7 +58,18 @@ def build_definitions(
         assets=assets,
         jobs=[g.job for g in graphs],
         schedules=[build_nightly_schedule(g) for g in graphs],
-        sensors=[build_partition_sensor(graphs), build_release_sensor(graphs)],
+        sensors=[
+            build_partition_sensor(graphs),
+            build_release_sensor(graphs),
+            # Dagster's default automation sensor starts stopped; this one runs, so a scorer
+            # edit is carried down scores → stats → report without anyone asking.
+            dg.AutomationConditionSensorDefinition(
+                "gradetrail_automation",
+                target=dg.AssetSelection.all(),
+                default_status=dg.DefaultSensorStatus.RUNNING,
+                minimum_interval_seconds=30,
+            ),
+        ],
         resources={"gradetrail": settings, "duckdb": DuckDBResource(database=settings.database)},
     )
 

@@ -118,7 +118,11 @@ def fetch_responses(
 ) -> Responses:
     """Look every key up; call the provider for the misses only, caching each on arrival."""
     started = time.perf_counter()
-    result = Responses(execution=backend.describe())
+    if plan.model.provider == "local":
+        # llama.cpp's server answers one request at a time; more would only queue there
+        # and make the measured latencies lie.
+        backend = backend.limited(1)
+    result = Responses(execution=backend.describe())  # as it ran, limits applied
     unique: dict[str, ModelRequest] = {}
     for item in plan.items:
         unique.setdefault(item.request.key, item.request)
@@ -129,10 +133,6 @@ def fetch_responses(
     total = len(unique)
     if progress:
         progress(len(result.responses), total)
-    if plan.model.provider == "local":
-        # llama.cpp's server answers one request at a time; more would only queue there
-        # and make the measured latencies lie.
-        backend = backend.limited(1)
     writer_scope = cache.writer() if cache is not None else nullcontext(None)
     with writer_scope as writer, _live_requests(plan, missing) as live:
 

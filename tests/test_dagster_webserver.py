@@ -90,7 +90,7 @@ def test_dagster_dev_serves_the_graph_schedule_and_sensors(
         (repo,) = data["repositoriesOrError"]["nodes"]
         assert {s["name"] for s in repo["schedules"]} == {"add__nightly"}
         assert {s["name"] for s in repo["sensors"]} >= {
-            "gradetrail_model_releases", "gradetrail_spec_models",
+            "gradetrail_model_releases", "gradetrail_spec_models", "gradetrail_automation",
         }  # fmt: skip
     finally:
         os.killpg(proc.pid, signal.SIGINT)

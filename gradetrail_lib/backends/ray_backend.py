@@ -427,6 +427,7 @@ class RayBackend:
                     call = in_flight.pop(ref)
                     call.slot.load -= 1
                     try:
+                        # Never None here: workers are stopped only after this loop.
                         outcome: Outcome = ray.get(ref)
                     except ActorError as exc:
                         if call.slot.alive:
