@@ -17,8 +17,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import dagster as dg
 import pytest
 
+from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.backends.ray_backend import (
     AUTH_MODE_ENV,
@@ -351,3 +354,39 @@ def test_cli_ray_starts_and_stops_its_own_cluster(
     assert raylets() - before == set(), "the CLI's cluster outlived it"
     # Token auth was on with a token kept in memory: Ray's default would have written one.
     assert token_file.exists() == had_token_file
+
+
+def test_dagster_responses_asset_runs_on_ray_by_resource_config(
+    cluster: ModuleType, srv: FakeLLMServer, tmp_path: Path, instance: dg.DagsterInstance
+) -> None:
+    """The resource selects the backend; the asset connects to the running head."""
+    n = 12
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_addition_dataset(specs / "data" / "add.jsonl", n)
+    write_spec(specs / "add.yaml", base_url=f"{srv.base_url}/v1")
+    address = cluster.get_runtime_context().gcs_address
+    settings = GradetrailResource(
+        database=str(tmp_path / "db.duckdb"),
+        results_dir=str(tmp_path / "results"),
+        backend="ray",
+        workers=2,
+        concurrency=3,
+        ray_address=address,
+    )
+    defs = build_definitions(specs, settings)
+    instance.add_dynamic_partitions("add__models", ["fake-1"])
+    result = defs.resolve_job_def("add__eval").execute_in_process(
+        instance=instance,
+        partition_key="fake-1",
+        asset_selection=[dg.AssetKey(["add", s]) for s in ("dataset", "responses", "scores")],
+        resources={"io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "storage"))},
+    )
+    assert result.success
+    assert srv.calls == n
+    (event,) = result.asset_materializations_for_node("add__responses")
+    assert event.metadata["execution"].value == {
+        "backend": "ray", "workers": 2, "concurrency": 3, "address": address,
+    }  # fmt: skip
+    assert event.metadata["provider_calls"].value == n
+    assert cluster.is_initialized(), "connecting to a running head must leave it running"
