@@ -24,20 +24,8 @@ from bench.bench_pipeline import start_server
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.backends.ray_backend import RayBackend
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.request import Endpoint, ModelRequest
-
-
-def make_requests(url: str, n: int, tag: str) -> list[ModelRequest]:
-    endpoint = Endpoint("openai_compatible", "fake-model", url, None)
-    return [
-        ModelRequest(
-            key=f"{tag}-{i}",
-            endpoint=endpoint,
-            messages=[{"role": "user", "content": f"[{tag}]\nQ: {i} + 1"}],
-            params={"max_tokens": 16},
-        )
-        for i in range(n)
-    ]
+from gradetrail_lib.request import ModelRequest
+from tests.support.requests import addition_requests
 
 
 class Counter:
@@ -56,7 +44,7 @@ def bench_ray(url: str, n: int, latency_s: float, workers: int, concurrency: int
     backend = RayBackend(workers=workers, concurrency=concurrency)
     counter = Counter()
     started = time.perf_counter()
-    backend.run(make_requests(url, n, "ray"), counter)
+    backend.run(addition_requests(url, n, tag="ray"), counter)
     total = time.perf_counter() - started
     stats = backend.last_run
     assert stats.started_cluster, "RAY_ADDRESS is set: this measures a local cluster"
@@ -75,7 +63,7 @@ def bench_ray(url: str, n: int, latency_s: float, workers: int, concurrency: int
 def bench_local(url: str, n: int, latency_s: float, concurrency: int) -> None:
     counter = Counter()
     started = time.perf_counter()
-    LocalBackend(concurrency=concurrency).run(make_requests(url, n, "local"), counter)
+    LocalBackend(concurrency=concurrency).run(addition_requests(url, n, tag="local"), counter)
     wall = time.perf_counter() - started
     floor = n * latency_s / concurrency
     print(

@@ -11,8 +11,9 @@ from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.caller import RetryPolicy
-from gradetrail_lib.request import Endpoint, ModelRequest
+from gradetrail_lib.request import ModelRequest
 from tests.support.fake_llm_server import FakeLLMServer, Fault
+from tests.support.requests import addition_requests
 
 # Retries without real waiting: the backend uses asyncio.sleep.
 FAST = RetryPolicy(base_delay_s=0.001, max_delay_s=0.002, timeout_s=10.0)
@@ -24,21 +25,6 @@ Outcomes = list[tuple[ModelRequest, ModelResponse | ProviderError]]
 def srv() -> Iterator[FakeLLMServer]:
     with FakeLLMServer() as server:
         yield server
-
-
-def make_requests(
-    srv: FakeLLMServer, n: int, provider: str = "openai_compatible", key_env: str | None = None
-) -> list[ModelRequest]:
-    endpoint = Endpoint(provider, "fake-model", f"{srv.base_url}/v1", key_env)
-    return [
-        ModelRequest(
-            key=f"{i:064x}",
-            endpoint=endpoint,
-            messages=[{"role": "user", "content": f"Q: {i} + 1000"}],
-            params={"max_tokens": 16},
-        )
-        for i in range(n)
-    ]
 
 
 def run(backend: LocalBackend, requests: list[ModelRequest]) -> Outcomes:
@@ -55,7 +41,7 @@ def test_every_request_answered_once_within_concurrency(
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-loopback")
     srv.latency_s = 0.02
-    requests = make_requests(srv, 30, provider, key_env)
+    requests = addition_requests(f"{srv.base_url}/v1", 30, provider=provider, key_env=key_env)
     outcomes = run(LocalBackend(concurrency=3, policy=FAST, requests_per_client=2), requests)
 
     assert len(outcomes) == 30
@@ -71,7 +57,9 @@ def test_every_request_answered_once_within_concurrency(
 
 def test_transient_failures_are_retried(srv: FakeLLMServer) -> None:
     srv.script = [Fault(status=503), Fault(status=429, headers={"retry-after": "0"}), Fault(500)]
-    outcomes = run(LocalBackend(concurrency=2, policy=FAST), make_requests(srv, 10))
+    outcomes = run(
+        LocalBackend(concurrency=2, policy=FAST), addition_requests(f"{srv.base_url}/v1", 10)
+    )
     assert len(outcomes) == 10
     assert all(isinstance(o, ModelResponse) for _, o in outcomes)
     assert sum(o.attempts for _, o in outcomes if isinstance(o, ModelResponse)) == 13
@@ -80,7 +68,9 @@ def test_transient_failures_are_retried(srv: FakeLLMServer) -> None:
 
 def test_dropped_connection_is_retried(srv: FakeLLMServer) -> None:
     srv.script = [Fault(close=True)]
-    outcomes = run(LocalBackend(concurrency=1, policy=FAST), make_requests(srv, 3))
+    outcomes = run(
+        LocalBackend(concurrency=1, policy=FAST), addition_requests(f"{srv.base_url}/v1", 3)
+    )
     assert [o.attempts for _, o in outcomes if isinstance(o, ModelResponse)] == [2, 1, 1]
 
 
@@ -89,7 +79,8 @@ def test_identical_fatal_errors_abort_the_run(srv: FakeLLMServer) -> None:
     outcomes: Outcomes = []
     with pytest.raises(RunAborted, match="3 identical errors in a row: HTTP 401"):
         LocalBackend(concurrency=2, policy=FAST).run(
-            make_requests(srv, 50), lambda req, outcome: outcomes.append((req, outcome))
+            addition_requests(f"{srv.base_url}/v1", 50),
+            lambda req, outcome: outcomes.append((req, outcome)),
         )
     assert 3 <= srv.calls <= 6  # far fewer than 50
     assert len(outcomes) >= 3
@@ -103,7 +94,12 @@ def test_missing_key_aborts_without_any_request(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(RunAborted, match="OPENAI_API_KEY"):
-        run(LocalBackend(concurrency=4), make_requests(srv, 50, "openai", "OPENAI_API_KEY"))
+        run(
+            LocalBackend(concurrency=4),
+            addition_requests(
+                f"{srv.base_url}/v1", 50, provider="openai", key_env="OPENAI_API_KEY"
+            ),
+        )
     assert srv.calls == 0
 
 
@@ -115,7 +111,9 @@ def test_errors_broken_by_a_success_do_not_abort(srv: FakeLLMServer) -> None:
     }
     ok = Fault(status=200, body=json.dumps(completion))
     srv.script = [Fault(status=401), Fault(status=401), ok, Fault(status=401), Fault(status=401)]
-    outcomes = run(LocalBackend(concurrency=1, policy=FAST), make_requests(srv, 6))
+    outcomes = run(
+        LocalBackend(concurrency=1, policy=FAST), addition_requests(f"{srv.base_url}/v1", 6)
+    )
     kinds = [type(o).__name__ for _, o in outcomes]
     assert kinds == ["ProviderError", "ProviderError", "ModelResponse"] * 2
     assert srv.calls == 6

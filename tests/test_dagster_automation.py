@@ -108,9 +108,7 @@ def test_nightly_schedule_requests_every_partition_with_idempotent_run_keys(
     assert schedule.cron_schedule == "0 2 * * *"
     assert schedule.execution_timezone == "UTC"
     tick = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
-    requests = schedule(
-        dg.build_schedule_context(instance=instance, scheduled_execution_time=tick)
-    )
+    requests = schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
     assert isinstance(requests, list)
     assert sorted(r.partition_key or "" for r in requests) == ["fake-1", "fake-2"]
     again = schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))

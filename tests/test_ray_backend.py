@@ -33,10 +33,11 @@ from gradetrail_lib.backends.ray_backend import (
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.caller import RetryPolicy
-from gradetrail_lib.request import Endpoint, ModelRequest
+from gradetrail_lib.request import ModelRequest
 from tests.conftest import run_cli, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, Fault
 from tests.support.proc_sockets import processes_named, tree_sockets
+from tests.support.requests import addition_requests
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -75,19 +76,6 @@ def srv(module_srv: FakeLLMServer) -> FakeLLMServer:
     module_srv.script = []
     module_srv.fail_always = None
     return module_srv
-
-
-def make_requests(srv: FakeLLMServer, n: int, tag: str = "") -> list[ModelRequest]:
-    endpoint = Endpoint("openai_compatible", "fake-model", f"{srv.base_url}/v1", None)
-    return [
-        ModelRequest(
-            key=f"{tag}{i:060x}",
-            endpoint=endpoint,
-            messages=[{"role": "user", "content": f"{tag}\nQ: {i} + 1000"}],
-            params={"max_tokens": 16},
-        )
-        for i in range(n)
-    ]
 
 
 def run(backend: RayBackend | LocalBackend, requests: list[ModelRequest]) -> Outcomes:
@@ -132,7 +120,7 @@ def test_same_results_as_local_backend_bounded_window_on_loopback(
     cluster: ModuleType, srv: FakeLLMServer
 ) -> None:
     srv.latency_s = 0.02
-    requests = make_requests(srv, 60)
+    requests = addition_requests(f"{srv.base_url}/v1", 60)
     local = by_key(run(LocalBackend(concurrency=8, policy=FAST), requests))
     assert srv.calls == 60
 
@@ -174,7 +162,7 @@ def test_killed_worker_requests_are_sent_again_exactly_once(
 ) -> None:
     srv.latency_s = 0.2
     n = 80
-    requests = make_requests(srv, n, tag="k")
+    requests = addition_requests(f"{srv.base_url}/v1", n, tag="k")
     backend = RayBackend(workers=2, concurrency=8, policy=FAST)
     outcomes: Outcomes = []
     killed: list[Any] = []
@@ -213,7 +201,7 @@ def test_identical_fatal_errors_abort_through_ray(cluster: ModuleType, srv: Fake
         outcomes.append((request, outcome))
 
     with pytest.raises(RunAborted, match="3 identical errors in a row: HTTP 401"):
-        backend.run(make_requests(srv, 200, tag="a"), on_result)
+        backend.run(addition_requests(f"{srv.base_url}/v1", 200, tag="a"), on_result)
     # Outstanding work was stopped before run() returned: nothing is sent afterwards
     # (ray.kill alone let queued calls go out after the driver heard of the deaths).
     calls = srv.calls
