@@ -205,6 +205,15 @@ class Spec(_Strict):
             raise ValueError(f"model names must be unique (each is a partition): {dupes}")
         return models
 
+    @field_validator("params")
+    @classmethod
+    def _params_fit_providers(cls, params: Params, info: ValidationInfo) -> Params:
+        # A parameter a provider does not take would be rejected on every request.
+        providers = {m.provider for m in info.data.get("models", [])}
+        if params.seed is not None and "anthropic" in providers:
+            raise ValueError("seed is not a parameter of the Anthropic Messages API")
+        return params
+
     def model(self, name: str) -> ModelConfig:
         """A model of the spec, or one its `watch` found (same provider settings)."""
         for m in self.models:

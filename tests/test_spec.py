@@ -318,3 +318,14 @@ name: 'bad name'
     assert all(e.path == str(path) for e in errors)
     assert str(info.value) == "\n".join(str(e) for e in errors)
     assert str(info.value).splitlines()[0].startswith(f"{path}:3: scorer.pattern: ")
+
+
+def test_seed_with_an_anthropic_model_is_rejected_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\ndataset: {path: d.jsonl}\nprompt: hi\n"
+        "models:\n  - {provider: anthropic, name: claude-sonnet-4-6}\n"
+        "params: {max_tokens: 8, seed: 1}\nscorer: {type: exact}\n"
+    )
+    with pytest.raises(InputError, match=r"s\.yaml:6: params: seed is not a parameter"):
+        load_spec(path)
