@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gradetrail_lib.backends import Backend, LocalBackend
+from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.pipeline import default_cache_path
 
@@ -30,15 +30,12 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return Path(self.results_dir)
 
     def make_backend(self) -> Backend:
-        if self.backend == "local":
-            return LocalBackend(concurrency=self.concurrency)
-        if self.backend == "ray":
-            from gradetrail_lib.backends.ray_backend import RayBackend
-
-            return RayBackend(
-                workers=self.workers, concurrency=self.concurrency, address=self.ray_address
-            )
-        raise ValueError(f"unknown backend {self.backend!r} (local or ray)")
+        # One worker count for both backends in config; only the ray backend uses it.
+        workers = self.workers if self.backend == "ray" else None
+        address = self.ray_address if self.backend == "ray" else None
+        return build_backend(
+            self.backend, concurrency=self.concurrency, workers=workers, address=address
+        )
 
 
 def settings_from_environment() -> GradetrailResource:

@@ -17,6 +17,7 @@ from gradetrail_lib.errors import (
     InputErrors,
     NotComparable,
     RunAborted,
+    UsageError,
 )
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
@@ -39,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
-    except (InputError, InputErrors, NotComparable) as exc:
+    except (InputError, InputErrors, NotComparable, UsageError) as exc:
         # NotComparable is a usage error (wrong pair of runs, or --force needed), and
         # must not exit 1, which `gate` reserves for a regression.
         print(f"error: {exc}", file=sys.stderr)

@@ -26,6 +26,10 @@ class InputErrors(GradetrailError):
         super().__init__("\n".join(str(e) for e in errors))
 
 
+class UsageError(GradetrailError):
+    """A setting or flag that cannot work (exit status 2, like bad input)."""
+
+
 class RunAborted(GradetrailError):
     """The run stopped early, e.g. after repeated identical fatal provider errors."""
 

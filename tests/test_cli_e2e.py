@@ -279,3 +279,22 @@ def test_two_processes_share_one_cache_file(tmp_path: Path) -> None:
             )
             assert f"Cache hits: {n}/{n}" in again.stdout
         assert server.calls == 2 * n
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workers", "3"], "workers needs the ray backend"),
+        (["--concurrency", "0"], "concurrency must be at least 1"),
+        (["--backend", "spark"], "unknown backend 'spark'"),
+    ],
+)
+def test_bad_flags_exit_2_before_any_call(
+    tmp_path: Path, fake_server: FakeLLMServer, flags: list[str], message: str
+) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 3)
+    spec = write_spec(tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    done = run_cli("run", str(spec), *flags, cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert fake_server.calls == 0

@@ -7,10 +7,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gradetrail_lib.backends import Backend, LocalBackend
+from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.errors import GradetrailError
 from gradetrail_lib.pipeline import default_cache_path, fetch_responses, plan
 from gradetrail_lib.run import complete_run
 from gradetrail_lib.spec import load_spec
@@ -64,24 +63,9 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 
 def make_backend(args: argparse.Namespace) -> Backend:
-    if args.concurrency < 1:
-        raise GradetrailError("--concurrency must be at least 1")
-    if args.backend == "local":
-        for flag, value in (("--workers", args.workers), ("--ray-address", args.ray_address)):
-            if value is not None:
-                raise GradetrailError(f"{flag} needs --backend ray")
-        return LocalBackend(concurrency=args.concurrency)
-    if args.backend == "ray":
-        workers = 2 if args.workers is None else args.workers
-        if workers < 1:
-            raise GradetrailError("--workers must be at least 1")
-        # Imported here: the module is light, but ray itself (imported when the run
-        # starts) takes seconds, and no other command should pay for it.
-        from gradetrail_lib.backends.ray_backend import RayBackend
-
-        return RayBackend(workers=workers, concurrency=args.concurrency, address=args.ray_address)
-    # Not argparse `choices`: those do not check a default taken from the environment.
-    raise GradetrailError(f"unknown backend {args.backend!r} (local or ray)")
+    return build_backend(
+        args.backend, concurrency=args.concurrency, workers=args.workers, address=args.ray_address
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
