@@ -6,8 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.pipeline import default_cache_path
+from gradetrail_lib.cache import ResponseCache, default_cache_path
 
 
 class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]

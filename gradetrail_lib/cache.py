@@ -9,6 +9,7 @@ run loses only what was in flight and a fast run does not pay one connection per
 """
 
 import json
+import os
 import queue
 import random
 import threading
@@ -48,6 +49,18 @@ _COLUMNS: list[Column] = [
     ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("latency_s", "DOUBLE"),
     ("attempts", "INTEGER"), ("raw", "VARCHAR"),
 ]  # fmt: skip
+
+
+DEFAULT_DATABASE = Path(".gradetrail") / "gradetrail.duckdb"
+
+
+def default_cache_path() -> Path:
+    """The one DuckDB file of the project: response cache (and, under Dagster, the tables).
+
+    GRADETRAIL_CACHE overrides it; the default is relative to the working directory.
+    """
+    env = os.environ.get("GRADETRAIL_CACHE")
+    return Path(env) if env else DEFAULT_DATABASE
 
 
 class CacheLocked(GradetrailError):

@@ -5,12 +5,10 @@ one per asset while `gradetrail run` calls them in a row.
 """
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from gradetrail_lib.backends.base import Backend
@@ -249,15 +247,3 @@ def score_all(
             )
         )
     return rows
-
-
-DEFAULT_DATABASE = Path(".gradetrail") / "gradetrail.duckdb"
-
-
-def default_cache_path() -> Path:
-    """The one DuckDB file of the project: response cache (and, under Dagster, the tables).
-
-    GRADETRAIL_CACHE overrides it; the default is relative to the working directory.
-    """
-    env = os.environ.get("GRADETRAIL_CACHE")
-    return Path(env) if env else DEFAULT_DATABASE

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.pipeline import default_cache_path, fetch_responses, plan
+from gradetrail_lib.pipeline import fetch_responses, plan
 from gradetrail_lib.run import complete_run
 from gradetrail_lib.spec import load_spec
 from gradetrail_lib.summary import format_summary
