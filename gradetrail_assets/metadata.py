@@ -5,12 +5,9 @@ from typing import Any
 import dagster as dg
 
 from gradetrail_lib.pipeline import Responses, ResultRow
+from gradetrail_lib.pricing import format_usd
 from gradetrail_lib.stats import RunStats, describe
 from gradetrail_lib.summary import RunSummary
-
-
-def _money(cost: float | None) -> str:
-    return "unknown" if cost is None else f"${cost:.6f}"
 
 
 def responses_metadata(responses: Responses, total: int) -> dict[str, Any]:
@@ -50,7 +47,7 @@ def scores_metadata(
         "failure_modes": dg.MetadataValue.json(summary.failure_modes),
         "input_tokens": dg.MetadataValue.int(summary.input_tokens),
         "output_tokens": dg.MetadataValue.int(summary.output_tokens),
-        "cost": dg.MetadataValue.text(_money(summary.cost_usd)),
+        "cost": dg.MetadataValue.text(format_usd(summary.cost_usd)),
         "cache_hits": dg.MetadataValue.int(summary.cache_hits),
         "identity": dg.MetadataValue.text(manifest["identity"]),
         "run_dir": dg.MetadataValue.path(run_dir),
@@ -78,7 +75,7 @@ def stats_metadata(figures: RunStats) -> dict[str, Any]:
         "pass_rate_high": dg.MetadataValue.float(interval.high if interval else 0.0),
         "n": dg.MetadataValue.int(figures.samples),
         "outcomes": dg.MetadataValue.json(figures.outcomes),
-        "cost": dg.MetadataValue.text(_money(figures.cost_usd)),
+        "cost": dg.MetadataValue.text(format_usd(figures.cost_usd)),
         "cache_hits": dg.MetadataValue.int(figures.cache_hits),
         "stats": dg.MetadataValue.json(figures.to_json()),
     }

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradetrail_lib.pricing import PriceList
+from gradetrail_lib.pricing import PriceList, format_usd
 from gradetrail_lib.records import RowLike, records
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
 
@@ -119,9 +119,7 @@ def reprice(
 
 
 def format_cost(report: CostReport) -> str:
-    def usd(x: float | None) -> str:
-        return f"${x:.6f}" if x is not None else "unknown"
-
+    usd = format_usd
     lines = [
         f"Pricing {report.pricing_version} (effective {report.effective_date}); "
         "every answered call priced, cache hits included",

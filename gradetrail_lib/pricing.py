@@ -55,3 +55,8 @@ def sum_costs(costs: list[float | None]) -> float | None:
     if any(c is None for c in costs):
         return None
     return sum(c for c in costs if c is not None)
+
+
+def format_usd(cost: float | None) -> str:
+    """How every output shows money: six decimals, or `unknown` (never $0 for no price)."""
+    return "unknown" if cost is None else f"${cost:.6f}"

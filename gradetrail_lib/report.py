@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.pricing import format_usd
 from gradetrail_lib.records import SampleRecord, record
 from gradetrail_lib.runs import Run, distinct_labels, load_runs
 from gradetrail_lib.stats import (
@@ -158,7 +159,8 @@ def reproducibility_facts(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _usd(value: Any) -> str:
-    return f"${float(value):.6f}" if isinstance(value, int | float) else "unknown"
+    """A manifest's cost field: a number, or null when a price was unknown."""
+    return format_usd(float(value) if isinstance(value, int | float) else None)
 
 
 def _check_one_identity(runs: Sequence[Run], labels: Sequence[str]) -> None:

@@ -4,7 +4,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradetrail_lib.pricing import sum_costs
+from gradetrail_lib.pricing import format_usd, sum_costs
 from gradetrail_lib.records import RowLike, records
 
 
@@ -54,14 +54,13 @@ def format_summary(summary: RunSummary, rows: Sequence[RowLike], wall_s: float) 
     stats = run_stats(rows)
     counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
     unscored = f"; {stats.unscored} unscored count as failures" if stats.unscored else ""
-    cost = f"${summary.cost_usd:.6f}" if summary.cost_usd is not None else "unknown"
     return "\n".join(
         [
             f"Samples: {summary.samples} ({counts})",
             f"Mean score: {describe(stats.mean_score)}",
             f"Pass rate (score >= {stats.threshold:g}): {describe(stats.pass_rate)}{unscored}",
             f"Tokens: {summary.input_tokens} in / {summary.output_tokens} out",
-            f"Cost: {cost}",
+            f"Cost: {format_usd(summary.cost_usd)}",
             f"Cache hits: {summary.cache_hits}/{summary.samples}",
             f"Wall time: {wall_s:.2f}s",
         ]
