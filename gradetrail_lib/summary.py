@@ -47,21 +47,21 @@ def summarize(rows: Sequence[RowLike]) -> RunSummary:
     )
 
 
-def format_summary(summary: RunSummary, rows: Sequence[RowLike], wall_s: float) -> str:
+def format_summary(rows: Sequence[RowLike], wall_s: float) -> str:
     """The summary `gradetrail run` prints; the mean and pass rate carry interval and n."""
     from gradetrail_lib.stats import describe, run_stats  # scipy: only when printing
 
-    stats = run_stats(rows)
-    counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
+    stats = run_stats(rows)  # counts and totals included: no second summarize()
+    counts = ", ".join(f"{k}={v}" for k, v in stats.outcomes.items())
     unscored = f"; {stats.unscored} unscored count as failures" if stats.unscored else ""
     return "\n".join(
         [
-            f"Samples: {summary.samples} ({counts})",
+            f"Samples: {stats.samples} ({counts})",
             f"Mean score: {describe(stats.mean_score)}",
             f"Pass rate (score >= {stats.threshold:g}): {describe(stats.pass_rate)}{unscored}",
-            f"Tokens: {summary.input_tokens} in / {summary.output_tokens} out",
-            f"Cost: {format_usd(summary.cost_usd)}",
-            f"Cache hits: {summary.cache_hits}/{summary.samples}",
+            f"Tokens: {stats.input_tokens} in / {stats.output_tokens} out",
+            f"Cost: {format_usd(stats.cost_usd)}",
+            f"Cache hits: {stats.cache_hits}/{stats.samples}",
             f"Wall time: {wall_s:.2f}s",
         ]
     )
