@@ -1,7 +1,7 @@
 """The response cache: one DuckDB file, keyed by request key, successful responses only.
 
-DuckDB lets one process at a time open a file for writing, and a second process cannot
-even read it meanwhile. So no connection outlives one short transaction: lookups and
+DuckDB lets one process at a time open a file, and a second process cannot even read it
+meanwhile. So no connection outlives one short transaction (`duckdb_file`): lookups and
 writes open, work and close, retrying while another process holds the lock. Responses
 are written by a background thread as soon as they arrive; when several arrive while a
 write is under way they go in the next transaction together (group commit), so a killed
@@ -11,16 +11,13 @@ run loses only what was in flight and a fast run does not pay one connection per
 import json
 import os
 import queue
-import random
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
+from gradetrail_lib.duckdb_file import open_connection
 from gradetrail_lib.duckdb_rows import Column, insert_rows
 from gradetrail_lib.errors import GradetrailError
 from gradetrail_lib.providers.base import ModelResponse
@@ -61,37 +58,6 @@ def default_cache_path() -> Path:
     """
     env = os.environ.get("GRADETRAIL_CACHE")
     return Path(env) if env else DEFAULT_DATABASE
-
-
-class CacheLocked(GradetrailError):
-    pass
-
-
-def _is_lock_error(exc: Exception) -> bool:
-    return "lock" in str(exc).lower()
-
-
-@contextmanager
-def open_connection(
-    path: Path, *, wait_s: float = 120.0, rng: random.Random | None = None
-) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A short-lived read-write connection, waiting while another process holds the file."""
-    rng = rng or random.Random()
-    deadline = time.monotonic() + wait_s
-    pause = 0.005
-    while True:
-        try:
-            connection = duckdb.connect(str(path))
-            break
-        except duckdb.IOException as exc:
-            if not _is_lock_error(exc) or time.monotonic() > deadline:
-                raise CacheLocked(f"{path}: cannot open the cache: {exc}") from exc
-            time.sleep(pause + rng.uniform(0, pause))
-            pause = min(pause * 2, 0.2)
-    try:
-        yield connection
-    finally:
-        connection.close()
 
 
 class ResponseCache:

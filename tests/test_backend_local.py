@@ -42,7 +42,7 @@ def test_every_request_answered_once_within_concurrency(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-loopback")
     srv.latency_s = 0.02
     requests = addition_requests(f"{srv.base_url}/v1", 30, provider=provider, key_env=key_env)
-    outcomes = run(LocalBackend(concurrency=3, policy=FAST, requests_per_client=2), requests)
+    outcomes = run(LocalBackend(concurrency=3, policy=FAST), requests)
 
     assert len(outcomes) == 30
     assert sorted(r.key for r, _ in outcomes) == sorted(r.key for r in requests)

@@ -20,7 +20,7 @@ import pytest
 
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.anthropic_messages import ANTHROPIC_VERSION, seconds_until
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.base import ModelResponse, ProviderError, json_post
 from gradetrail_lib.providers.caller import (
     AbortTracker,
     RetryPolicy,
@@ -199,6 +199,18 @@ def test_openai_success_and_request_shape() -> None:
         "stop": ["\n"],
         "seed": 7,
     }
+
+
+def test_json_post_body_is_byte_for_byte_what_httpx_json_would_send() -> None:
+    body = {"messages": [{"role": "user", "content": 'Grüße, 東京 \u2028 "q"'}], "t": 0.5}
+    ours = json_post(f"{BASE_URL}/chat/completions", {"x-api-key": "k"}, body)
+    theirs = httpx.Request("POST", f"{BASE_URL}/chat/completions", json=body)
+    assert ours.content == theirs.content
+    assert ours.headers["content-type"] == "application/json"
+    assert ours.headers["content-length"] == str(len(theirs.content))
+    assert ours.headers["x-api-key"] == "k"
+    with pytest.raises(ValueError):  # NaN is not JSON: refused as httpx refuses it
+        json_post(BASE_URL, {}, {"t": float("nan")})
 
 
 @pytest.mark.parametrize(

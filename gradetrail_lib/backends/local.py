@@ -1,10 +1,10 @@
-"""The asyncio backend: C worker tasks in this process, over a sharded ClientPool."""
+"""The asyncio backend: C worker tasks in this process, sharing one RequestSender."""
 
 import asyncio
 from collections.abc import Iterator, Sequence
 
 from gradetrail_lib.backends.base import ResultCallback
-from gradetrail_lib.backends.clients import ClientPool
+from gradetrail_lib.backends.clients import RequestSender
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.caller import AbortTracker, RetryPolicy
@@ -18,18 +18,16 @@ class LocalBackend:
         self,
         concurrency: int = 8,
         policy: RetryPolicy | None = None,
-        requests_per_client: int = 4,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
         self.policy = policy or RetryPolicy()
-        self.requests_per_client = requests_per_client
 
     def limited(self, max_concurrency: int) -> "LocalBackend":
         if self.concurrency <= max_concurrency:
             return self
-        return LocalBackend(max_concurrency, self.policy, self.requests_per_client)
+        return LocalBackend(max_concurrency, self.policy)
 
     def describe(self) -> dict[str, object]:
         return {"backend": self.name, "concurrency": self.concurrency}
@@ -40,14 +38,14 @@ class LocalBackend:
 
     async def run_async(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
         workers = min(self.concurrency, len(requests))
-        pool = ClientPool(workers, self.requests_per_client)
+        sender = RequestSender()
         tracker = AbortTracker(self.policy.abort_after_identical)
         pending: Iterator[ModelRequest] = iter(requests)
 
         async def worker() -> None:
             # One shared iterator: asyncio runs one worker at a time between awaits.
             for request in pending:
-                outcome = await pool.send(request, self.policy)
+                outcome = await sender.send(request, self.policy)
                 on_result(request, outcome)
                 if isinstance(outcome, ProviderError):
                     tracker.failure(outcome)
@@ -61,4 +59,4 @@ class LocalBackend:
         except* RunAborted as aborted:
             raise aborted.exceptions[0] from None
         finally:
-            await pool.aclose()
+            await sender.aclose()

@@ -1,4 +1,4 @@
-"""The Ray backend: W async actors, each sending up to C requests over its own clients.
+"""The Ray backend: W async actors, each sending up to C requests over its own client.
 
 The driver (this process) keeps the request list, streams requests to the actors in a
 bounded window, and hands each outcome to `on_result` as it arrives, so the caller's
@@ -29,7 +29,7 @@ from typing import Any
 
 import gradetrail_lib
 from gradetrail_lib.backends.base import ResultCallback
-from gradetrail_lib.backends.clients import ClientPool, Outcome
+from gradetrail_lib.backends.clients import Outcome, RequestSender
 from gradetrail_lib.errors import GradetrailError, RunAborted
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.caller import AbortTracker, RetryPolicy
@@ -106,18 +106,17 @@ class _Queue:
 
 
 class _Worker:
-    """The actor body: one event loop, at most C requests sending, its own clients.
+    """The actor body: one event loop, at most C requests sending, its own client.
 
     The actor admits more calls than C (the driver's window, plus one slot for `stop`),
     and a semaphore lets C of them send: queued calls wait here rather than in Ray's
     queue, so that `stop` never waits behind them.
     """
 
-    def __init__(self, concurrency: int, per_client: int, policy: RetryPolicy) -> None:
+    def __init__(self, concurrency: int, policy: RetryPolicy) -> None:
         self._concurrency = concurrency
-        self._per_client = per_client
         self._policy = policy
-        self._pool: ClientPool | None = None
+        self._sender: RequestSender | None = None
         self._sending: asyncio.Semaphore | None = None
         self._calls: set[asyncio.Future[Outcome]] = set()
         self._stopped = False
@@ -131,13 +130,13 @@ class _Worker:
         """The outcome, or None when the worker was stopped before it was sent."""
         # Created on the actor's event loop, on first use (async actors run __init__
         # outside it). No await between the check and the assignment.
-        if self._pool is None or self._sending is None:
-            self._pool = ClientPool(self._concurrency, self._per_client)
+        if self._sender is None or self._sending is None:
+            self._sender = RequestSender()
             self._sending = asyncio.Semaphore(self._concurrency)
         async with self._sending:
             if self._stopped:
                 return None
-            call = asyncio.ensure_future(self._pool.send(request, self._policy))
+            call = asyncio.ensure_future(self._sender.send(request, self._policy))
             self._calls.add(call)
             try:
                 return await call
@@ -285,7 +284,6 @@ class RayBackend:
         concurrency: int = 8,
         address: str | None = None,
         policy: RetryPolicy | None = None,
-        requests_per_client: int = 4,
         local_num_cpus: int = 2,
     ) -> None:
         if workers < 1 or concurrency < 1:
@@ -295,7 +293,6 @@ class RayBackend:
         # Resolved now so that describe() records what run() will use.
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.policy = policy or RetryPolicy()
-        self.requests_per_client = requests_per_client
         self.local_num_cpus = local_num_cpus
         self.last_run = RayRunStats()
         self._slots: list[_Slot] = []
@@ -309,7 +306,6 @@ class RayBackend:
             max(1, max_concurrency // workers),
             self.address,
             self.policy,
-            self.requests_per_client,
             self.local_num_cpus,
         )
 
@@ -349,7 +345,7 @@ class RayBackend:
                 ray.shutdown()
 
     def _spawn(self, actor_class: Any) -> _Slot:
-        handle = actor_class.remote(self.concurrency, self.requests_per_client, self.policy)
+        handle = actor_class.remote(self.concurrency, self.policy)
         slot = _Slot(handle)
         self._slots.append(slot)
         return slot

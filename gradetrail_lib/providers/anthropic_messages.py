@@ -5,7 +5,7 @@ from typing import Any
 
 import httpx
 
-from gradetrail_lib.providers.base import ParsedBody, StopReason
+from gradetrail_lib.providers.base import ParsedBody, StopReason, json_post
 from gradetrail_lib.request import ModelRequest
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -39,7 +39,7 @@ def seconds_until(timestamp: str, now: datetime | None = None) -> float | None:
 
 class AnthropicMessagesAdapter:
     def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request:
-        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
         system = [m["content"] for m in request.messages if m["role"] == "system"]
@@ -53,9 +53,7 @@ class AnthropicMessagesAdapter:
         }
         if system:
             body["system"] = "\n\n".join(system)
-        return httpx.Request(
-            "POST", f"{request.endpoint.base_url}/messages", headers=headers, json=body
-        )
+        return json_post(f"{request.endpoint.base_url}/messages", headers, body)
 
     def parse(self, body: Any) -> ParsedBody:
         text = "".join(

@@ -5,7 +5,7 @@ from typing import Any
 
 import httpx
 
-from gradetrail_lib.providers.base import ParsedBody, StopReason
+from gradetrail_lib.providers.base import ParsedBody, StopReason, json_post
 from gradetrail_lib.request import ModelRequest
 
 _STOP_REASONS: dict[str, StopReason] = {
@@ -30,7 +30,7 @@ def parse_openai_duration(value: str) -> float | None:
 
 class OpenAIChatAdapter:
     def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request:
-        headers = {"content-type": "application/json"}
+        headers: dict[str, str] = {}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         body: dict[str, Any] = {
@@ -38,9 +38,7 @@ class OpenAIChatAdapter:
             "messages": request.messages,
             **request.params,
         }
-        return httpx.Request(
-            "POST", f"{request.endpoint.base_url}/chat/completions", headers=headers, json=body
-        )
+        return json_post(f"{request.endpoint.base_url}/chat/completions", headers, body)
 
     def parse(self, body: Any) -> ParsedBody:
         choice = body["choices"][0]

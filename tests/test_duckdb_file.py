@@ -1,0 +1,129 @@
+"""Short transactions on a shared DuckDB file: the lock is held only inside the block."""
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from gradetrail_lib.duckdb_file import DatabaseLocked, open_connection
+from gradetrail_lib.errors import GradetrailError
+
+COUNT_ROWS = """
+import sys, duckdb
+connection = duckdb.connect(sys.argv[1])
+print(connection.execute("SELECT count(*) FROM t").fetchone()[0])
+"""
+
+
+def count_from_another_process(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", COUNT_ROWS, str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_another_process_can_open_the_file_once_the_block_ends(tmp_path: Path) -> None:
+    path = tmp_path / "db.duckdb"
+    with open_connection(path) as connection:
+        connection.execute("CREATE TABLE t (x INTEGER)")
+        connection.execute("INSERT INTO t VALUES (1), (2)")
+        held = count_from_another_process(path)
+    assert held.returncode != 0
+    assert "lock" in held.stderr.lower()
+    after = count_from_another_process(path)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.strip() == "2"
+
+
+def test_unqualified_names_refer_to_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "db.duckdb"
+    with open_connection(path) as connection:
+        connection.execute("CREATE TABLE t (x INTEGER)")
+        connection.execute("INSERT INTO t VALUES (7)")
+    with open_connection(path) as connection:
+        assert connection.execute("SELECT x FROM t").fetchall() == [(7,)]
+    with duckdb.connect(str(path)) as direct:
+        assert direct.execute("SELECT x FROM t").fetchall() == [(7,)]
+
+
+def test_threads_share_the_file_without_conflict(tmp_path: Path) -> None:
+    path = tmp_path / "db.duckdb"
+    with open_connection(path) as connection:
+        connection.execute("CREATE TABLE t (thread INTEGER, i INTEGER)")
+    errors: list[BaseException] = []
+    inside = threading.Barrier(4)
+
+    def work(n: int) -> None:
+        try:
+            for i in range(20):
+                with open_connection(path) as connection:
+                    if i == 0:
+                        inside.wait(timeout=10)  # all four hold the file at once
+                    connection.execute("INSERT INTO t VALUES (?, ?)", [n, i])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with open_connection(path) as connection:
+        assert connection.execute("SELECT count(*) FROM t").fetchone() == (80,)
+    assert count_from_another_process(path).stdout.strip() == "80"
+
+
+def test_waits_for_a_plain_connection_of_this_process_then_proceeds(tmp_path: Path) -> None:
+    path = tmp_path / "db.duckdb"
+    direct = duckdb.connect(str(path))
+    direct.execute("CREATE TABLE t (x INTEGER)")
+    timer = threading.Timer(0.3, direct.close)
+    timer.start()
+    with open_connection(path, wait_s=10) as connection:
+        connection.execute("INSERT INTO t VALUES (1)")
+    timer.join()
+    with open_connection(path) as connection:
+        assert connection.execute("SELECT count(*) FROM t").fetchone() == (1,)
+
+
+def test_gives_up_with_a_clear_error_when_the_lock_stays(tmp_path: Path) -> None:
+    path = tmp_path / "db.duckdb"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, duckdb; c = duckdb.connect(sys.argv[1]); print('held', flush=True);"
+            " time.sleep(30)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with (
+            pytest.raises(DatabaseLocked, match=r"db\.duckdb: still locked after 0\.3s"),
+            open_connection(path, wait_s=0.3),
+        ):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with open_connection(path) as connection:  # and works once the holder is gone
+        assert connection.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_file_that_is_not_a_database_is_named_in_the_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.duckdb"
+    path.write_text("not a database, just text that is long enough to have a header\n" * 10)
+    with (
+        pytest.raises(GradetrailError, match=r"notes\.duckdb: cannot open the database"),
+        open_connection(path),
+    ):
+        pass
+    # A failed open leaves nothing attached: a good file still opens.
+    with open_connection(tmp_path / "good.duckdb") as connection:
+        assert connection.execute("SELECT 42").fetchone() == (42,)
