@@ -170,12 +170,15 @@ class ResultRow:
 
     def to_json(self) -> dict[str, Any]:
         # Shallow on purpose: dataclasses.asdict deep-copies and dominates a warm run.
-        row = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        row = {name: getattr(self, name) for name in _RESULT_FIELDS}
         row["usage"] = {
             "input_tokens": row.pop("input_tokens"),
             "output_tokens": row.pop("output_tokens"),
         }
         return row
+
+
+_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ResultRow))
 
 
 def score_all(

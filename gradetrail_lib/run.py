@@ -8,6 +8,7 @@ from typing import Any
 
 from gradetrail_lib.pipeline import EvalPlan, Responses, ResultRow, score_all
 from gradetrail_lib.pricing import PriceList, load_prices
+from gradetrail_lib.records import SampleRecord, records
 from gradetrail_lib.rundir import build_manifest, write_run_dir
 from gradetrail_lib.summary import RunSummary, summarize
 
@@ -15,6 +16,8 @@ from gradetrail_lib.summary import RunSummary, summarize
 @dataclass(frozen=True)
 class CompletedRun:
     rows: list[ResultRow]
+    # The rows in the shape statistics read, converted once for the summary and for them.
+    records: list[SampleRecord]
     summary: RunSummary
     manifest: dict[str, Any]
     run_dir: Path
@@ -31,7 +34,8 @@ def complete_run(
     prices = prices or load_prices()
     scoring_started = time.perf_counter()
     rows = score_all(plan, responses, prices)
-    summary = summarize(rows)
+    recs = records(rows)
+    summary = summarize(recs)
     scoring_s = time.perf_counter() - scoring_started
     timings = {
         "responses": responses.wall_s,
@@ -41,4 +45,4 @@ def complete_run(
     manifest = build_manifest(
         plan, responses, summary, prices, timings, started_at or datetime.now(UTC)
     )
-    return CompletedRun(rows, summary, manifest, write_run_dir(results_root, rows, manifest))
+    return CompletedRun(rows, recs, summary, manifest, write_run_dir(results_root, rows, manifest))

@@ -25,6 +25,7 @@ from gradetrail_lib.request import key_base_url
 from gradetrail_lib.summary import RunSummary
 
 RESULTS_FILE = "results.jsonl"
+_ROW_ENCODER = json.JSONEncoder(ensure_ascii=False)  # one for every row, not one per row
 MANIFEST_FILE = "manifest.json"
 
 
@@ -134,7 +135,7 @@ def write_run_dir(results_root: Path, rows: list[ResultRow], manifest: dict[str,
     try:
         with open(staging / RESULTS_FILE, "w", encoding="utf-8") as out:
             for row in rows:
-                out.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
+                out.write(_ROW_ENCODER.encode(row.to_json()) + "\n")
         (staging / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )

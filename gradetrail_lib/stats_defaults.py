@@ -1,5 +1,5 @@
-"""Defaults of the statistics, apart from the stats package so that the CLI can build
-its parser without importing scipy (most of a second on every command)."""
+"""Defaults of the statistics, in a module of their own so that the command parsers can
+name them without importing the stats package."""
 
 from typing import Literal
 

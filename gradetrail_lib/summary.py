@@ -49,7 +49,7 @@ def summarize(rows: Sequence[RowLike]) -> RunSummary:
 
 def format_summary(rows: Sequence[RowLike], wall_s: float) -> str:
     """The summary `gradetrail run` prints; the mean and pass rate carry interval and n."""
-    from gradetrail_lib.stats import describe, run_stats  # scipy: only when printing
+    from gradetrail_lib.stats import describe, run_stats  # here: stats imports this module
 
     stats = run_stats(rows)  # counts and totals included: no second summarize()
     counts = ", ".join(f"{k}={v}" for k, v in stats.outcomes.items())

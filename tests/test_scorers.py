@@ -1,6 +1,8 @@
 """Scorers: exact, regex, numeric, json_schema; scores in [0, 1] with a reason."""
 
 import json
+import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from gradetrail_lib.pipeline import Responses, plan, score_all
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.scorers import Score, Scorer, build_scorer
+from gradetrail_lib.scorers.regex import compile_pattern, literal_text
 from gradetrail_lib.spec import LoadedSpec, ScorerConfig, Spec
 
 DATASET = "data/x.jsonl"
@@ -155,6 +158,58 @@ def test_regex_check_reports_a_pattern_that_does_not_compile():
     with pytest.raises(InputError, match="does not compile") as info:
         scorer({"type": "regex", "pattern": "({{ answer }}"}).check(sample(answer=1), DATASET)
     assert info.value.field == "scorer.pattern"
+
+
+@pytest.mark.parametrize(
+    ("source", "text"),
+    [
+        ("Answer: 42", "Answer: 42"),
+        ("", ""),
+        (r"3\.5 \(a\) \$x\^2 a\+b \\ \-\&\~\#\ ", r"3.5 (a) $x^2 a+b \ -&~# "),
+        ("a-b & c~d # e", "a-b & c~d # e"),
+        ("Grüße, 東京", "Grüße, 東京"),
+    ],
+)
+def test_literal_text_undoes_escapes_of_plain_text(source: str, text: str) -> None:
+    assert literal_text(source) == text
+    assert re.fullmatch(source, text)  # what re makes of it, to be sure of the table
+
+
+@pytest.mark.parametrize(
+    "source",
+    [r"a.b", r"^a", r"a$", r"a*", r"a+", r"a?", r"a{2}", r"[ab]", r"a|b", r"(a)", r"\d",
+     r"\b4\b", r"\1", r"\n", "a\\", r"\é"],
+)  # fmt: skip
+def test_patterns_with_a_meaning_of_their_own_are_not_literal(source: str) -> None:
+    assert literal_text(source) is None
+
+
+def test_literal_and_regex_paths_agree_on_random_patterns_and_texts() -> None:
+    rng = random.Random(20261202)
+    alphabet = "ab.+*?()[]{}|^$\\- #&~\nÅå東"
+    for _ in range(3000):
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4)))
+        source = rng.choice(["", "x", "Answer: "]) + re.escape(value)
+        texts = [
+            "".join(rng.choice(alphabet + "x") for _ in range(rng.randint(0, 8))),
+            "Answer: " + value,
+            value,
+            "say " + value + " twice " + value,
+        ]
+        for flags in (re.NOFLAG, re.MULTILINE | re.DOTALL, re.IGNORECASE):
+            ours = compile_pattern(source, flags)
+            theirs = re.compile(source, flags)
+            assert (ours.literal is not None) == (not flags & re.IGNORECASE)
+            for text in texts:
+                for full in (False, True):
+                    found = theirs.fullmatch(text) if full else theirs.search(text)
+                    assert ours.find(text, full=full) == (found.group(0) if found else None)
+
+
+def test_ignorecase_keeps_re_unicode_case_folding() -> None:
+    # The Kelvin sign folds to "k" in re: a plain lower() comparison would miss it.
+    config = {"type": "regex", "pattern": "ok {{ answer }}", "flags": ["IGNORECASE"]}
+    assert score(config, "O\u212a 4", answer=4).value == 1.0
 
 
 # --- numeric ---------------------------------------------------------------------------

@@ -2,9 +2,12 @@
 the beta-quantile definition of Clopper-Pearson, never against the code's own output."""
 
 import math
+import subprocess
+import sys
 
+import numpy as np
 import pytest
-from scipy.stats import beta, norm
+from scipy.stats import beta, binomtest, norm
 
 from gradetrail_lib.stats import (
     BootstrapSettings,
@@ -15,6 +18,7 @@ from gradetrail_lib.stats import (
     proportion_interval,
     run_stats,
 )
+from gradetrail_lib.stats.run_stats import latency_of
 
 
 def wilson_closed_form(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -184,6 +188,44 @@ def test_latency_percentiles() -> None:
     assert latency.n == 100
     # numpy's default (linear) percentile of 1..100.
     assert (latency.p50, latency.p90, latency.p99) == pytest.approx((50.5, 90.1, 99.01))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 100, 1001])
+def test_latency_percentiles_match_numpy_on_random_data(n: int) -> None:
+    rng = np.random.default_rng(n)
+    values = list(rng.lognormal(0.0, 1.0, n))
+    latency = latency_of(values)
+    expected = np.percentile(values, [50, 90, 99])
+    assert (latency.p50, latency.p90, latency.p99) == pytest.approx(list(expected), rel=1e-12)
+
+
+def test_wilson_equals_scipy_over_a_grid() -> None:
+    """The Wilson interval is written out (see stats.intervals); scipy is the reference."""
+    for n in [*range(1, 41), 97, 500, 1319, 10_000]:
+        ks = range(n + 1) if n <= 40 else sorted({0, 1, 2, n // 3, n // 2, n - 1, n})
+        for k in ks:
+            for confidence in (0.5, 0.8, 0.9, 0.95, 0.99, 0.999):
+                ours = proportion_interval(k, n, confidence, "wilson")
+                ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+                assert ours.low == pytest.approx(float(ci.low), abs=1e-12), (k, n, confidence)
+                assert ours.high == pytest.approx(float(ci.high), abs=1e-12), (k, n, confidence)
+
+
+def test_a_run_summary_imports_neither_scipy_nor_numpy() -> None:
+    # Each costs a large share of the CLI's start-up; a binary-scored run needs neither.
+    code = (
+        "import sys\n"
+        "from gradetrail_lib.stats import run_stats, describe\n"
+        "rows = [{'id': str(i), 'outcome': 'scored', 'score': float(i % 2), 'latency_s': 0.1,"
+        " 'response': 'x'} for i in range(50)]\n"
+        "print(describe(run_stats(rows).pass_rate))\n"
+        "print(sorted(m for m in ('scipy', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first.startswith("25/50 = 0.5000 (95% CI")
+    assert second == "[]"
 
 
 def test_threshold_decides_pass() -> None:

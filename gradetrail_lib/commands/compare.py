@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from gradetrail_lib.commands.options import add_stats_options
 from gradetrail_lib.runs import distinct_labels, load_run
+from gradetrail_lib.stats import check_comparable, compare
 
 if TYPE_CHECKING:
     from gradetrail_lib.stats import PairedComparison
@@ -29,9 +30,6 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    # Imported here: scipy takes most of a second, which every other command would pay.
-    from gradetrail_lib.stats import check_comparable, compare
-
     runs = [load_run(args.run_a), load_run(args.run_b)]
     a_label, b_label = distinct_labels(runs)
     labels = (a_label, b_label)

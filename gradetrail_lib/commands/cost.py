@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from gradetrail_lib.commands.options import add_pass_threshold
+from gradetrail_lib.cost import format_cost, reprice
 from gradetrail_lib.errors import GradetrailError, InputError
 from gradetrail_lib.pricing import DEFAULT_VERSION, load_prices
 from gradetrail_lib.runs import load_runs
@@ -28,9 +29,6 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 
 def cost_command(args: argparse.Namespace) -> int:
-    # Imported here: it pulls in the stats package and so scipy (most of a second).
-    from gradetrail_lib.cost import format_cost, reprice
-
     runs = load_runs(args.runs)
     try:
         prices = load_prices(args.pricing_version)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from gradetrail_lib.commands.options import add_stats_options, non_negative
 from gradetrail_lib.runs import distinct_labels, load_run
+from gradetrail_lib.stats import check_comparable, compare, gate
 from gradetrail_lib.stats_defaults import DEFAULT_GATE_THRESHOLD
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
@@ -34,9 +35,6 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 
 def gate_command(args: argparse.Namespace) -> int:
-    # Imported here: scipy takes most of a second, which every other command would pay.
-    from gradetrail_lib.stats import check_comparable, compare, gate
-
     baseline, candidate = load_run(args.baseline), load_run(args.run)
     labels_list = distinct_labels([baseline, candidate])
     labels = (f"baseline {labels_list[0]}", f"candidate {labels_list[1]}")

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 from gradetrail_lib.commands.options import add_stats_options
+from gradetrail_lib.report import write_report
 
 EXIT_OK = 0
 
@@ -21,9 +22,6 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 
 def report_command(args: argparse.Namespace) -> int:
-    # Imported here: it pulls in scipy (most of a second), which `run` need not pay.
-    from gradetrail_lib.report import write_report
-
     path = write_report(
         args.runs,
         args.output,

@@ -86,7 +86,7 @@ def run_command(args: argparse.Namespace) -> int:
         done = complete_run(eval_plan, responses, args.results, started_at=started_at)
         any_scored = any_scored or done.summary.any_scored
         print(f"Run: {label} -> {done.run_dir}", file=out)
-        print(format_summary(done.rows, time.perf_counter() - started), file=out)
+        print(format_summary(done.records, time.perf_counter() - started), file=out)
         for warning in done.manifest["warnings"]:
             print(f"Warning: {warning}", file=out)
     return EXIT_OK if any_scored else EXIT_FAILED

@@ -11,8 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from scipy.stats import binomtest
-
 from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.records import RowLike, SampleRecord, records
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
@@ -83,6 +81,8 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     discordant = a_only + b_only
     if discordant == 0:
         return 1.0
+    from scipy.stats import binomtest  # scipy only where needed: see stats.intervals
+
     return float(binomtest(a_only, discordant, 0.5).pvalue)
 
 

@@ -7,11 +7,10 @@ whose n is the scored samples only; `unscored` reports how many there were, so
 neither figure hides them.
 """
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from gradetrail_lib.records import RowLike, records
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
@@ -69,9 +68,15 @@ class RunStats:
 
 
 def latency_of(values: Sequence[float]) -> Latency:
+    """Percentiles interpolated linearly between order statistics (numpy's default;
+    the standard library's "inclusive" method, so a run summary needs no numpy)."""
     if not values:
         return Latency(0, None, None, None)
-    p50, p90, p99 = (float(x) for x in np.percentile(values, LATENCY_PERCENTILES))
+    if len(values) == 1:
+        only = float(values[0])
+        return Latency(1, only, only, only)
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    p50, p90, p99 = (float(cuts[p - 1]) for p in LATENCY_PERCENTILES)
     return Latency(len(values), p50, p90, p99)
 
 
