@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -321,21 +322,43 @@ def test_cli_ray_starts_and_stops_its_own_cluster(
     for name in (*RAY_ENV, "RAY_ADDRESS"):
         monkeypatch.delenv(name, raising=False)
     write_addition_dataset(tmp_path / "data" / "add.jsonl", 8)
+    # Two models: both are sent from one cluster, started once for the whole command.
     spec = write_spec(tmp_path / "add.yaml", base_url=f"{srv.base_url}/v1")
+    second = f'  - {{provider: openai_compatible, name: fake-2, base_url: "{srv.base_url}/v1"}}\n'
+    text = spec.read_text()
+    spec.write_text(text.replace("params:", second + "params:"))
 
     def raylets() -> set[int]:
         return processes_named("raylet")
 
     before = raylets()
+    seen: set[int] = set()
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            seen.update(raylets() - before)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     token_file = Path.home() / ".ray" / "auth_token"
     had_token_file = token_file.exists()
-    done = run_cli(
-        "run", str(spec), "--cache", str(tmp_path / "c.duckdb"), "--backend", "ray", cwd=tmp_path
-    )
+    try:
+        done = run_cli(
+            "run", str(spec), "--cache", str(tmp_path / "c.duckdb"), "--backend", "ray",
+            cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        watching.set()
+        watcher.join()
     assert done.returncode == 0, done.stderr
-    assert srv.calls == 8
-    assert "Samples: 8 (scored=8" in done.stdout
-    assert _manifest(tmp_path / "results")["execution"]["address"] == "local"
+    assert srv.calls == 16
+    assert done.stdout.count("Samples: 8 (scored=8") == 2
+    assert len(seen) == 1, f"one cluster for both models, saw raylets {sorted(seen)}"
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "results").glob("*/manifest.json")]
+    assert sorted(m["model"]["requested"] for m in manifests) == ["fake-1", "fake-2"]
+    assert {m["execution"]["address"] for m in manifests} == {"local"}
     deadline = time.monotonic() + 10
     while raylets() - before and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -1,6 +1,7 @@
 """The backend interface shared by the asyncio and Ray backends."""
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
@@ -16,6 +17,11 @@ class Backend(Protocol):
 
     def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
         """Send every request; raise RunAborted when the abort rule fires."""
+        ...
+
+    def session(self) -> AbstractContextManager[None]:
+        """A scope in which several run() calls share what a backend sets up (a Ray
+        cluster started on demand), released at its end instead of after each run."""
         ...
 
     def limited(self, max_concurrency: int) -> "Backend":

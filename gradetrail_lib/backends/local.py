@@ -2,6 +2,7 @@
 
 import asyncio
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 from gradetrail_lib.backends.base import ResultCallback
 from gradetrail_lib.backends.clients import RequestSender
@@ -23,6 +24,9 @@ class LocalBackend:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
         self.policy = policy or RetryPolicy()
+
+    def session(self) -> AbstractContextManager[None]:
+        return nullcontext()  # nothing outlives a run
 
     def limited(self, max_concurrency: int) -> "LocalBackend":
         if self.concurrency <= max_concurrency:

@@ -22,7 +22,8 @@ import secrets
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -296,6 +297,10 @@ class RayBackend:
         self.local_num_cpus = local_num_cpus
         self.last_run = RayRunStats()
         self._slots: list[_Slot] = []
+        # The Ray connection this backend opened (None when it uses one the process had),
+        # kept open to the end of the outermost session().
+        self._own_connection: ModuleType | None = None
+        self._sessions = 0
 
     def limited(self, max_concurrency: int) -> "RayBackend":
         if self.workers * self.concurrency <= max_concurrency:
@@ -322,27 +327,45 @@ class RayBackend:
         """The live actors of the current run (for operators and tests)."""
         return [slot.handle for slot in self._slots if slot.alive]
 
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Runs inside share one connection (and one local cluster), opened by the first
+        run that needs it, so a spec of several models starts at most one cluster and a
+        fully cached one starts none."""
+        self._sessions += 1
+        try:
+            yield
+        finally:
+            self._sessions -= 1
+            if not self._sessions:
+                self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self._own_connection is not None:
+            # Stops the cluster if we started it, else only disconnects.
+            self._own_connection.shutdown()
+            self._own_connection = None
+
     def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
         if not requests:
             return
         stats = self.last_run = RayRunStats()
         started = time.perf_counter()
-        # A process already connected (a test session, a service) stays connected.
-        already = "ray" in sys.modules and bool(sys.modules["ray"].is_initialized())
-        if already:
+        # A process already connected (a test session, a service, an earlier run of this
+        # session) stays connected.
+        if "ray" in sys.modules and sys.modules["ray"].is_initialized():
             import ray
         elif self.address:
-            ray = connect(self.address)
+            ray = self._own_connection = connect(self.address)
         else:
-            ray = start_local_cluster(self.local_num_cpus)
+            ray = self._own_connection = start_local_cluster(self.local_num_cpus)
             stats.started_cluster = True
         stats.connect_s = time.perf_counter() - started
         try:
             self._run(ray, requests, on_result, stats)
         finally:
-            if not already:
-                # Stops the cluster if we started it, else only disconnects.
-                ray.shutdown()
+            if not self._sessions:
+                self._disconnect()
 
     def _spawn(self, actor_class: Any) -> _Slot:
         handle = actor_class.remote(self.concurrency, self.policy)

@@ -77,16 +77,18 @@ def run_command(args: argparse.Namespace) -> int:
     backend = make_backend(args)
     cache = ResponseCache(args.cache or default_cache_path())
     any_scored = False
-    for eval_plan in plans:
-        started_at, started = datetime.now(UTC), time.perf_counter()
-        label = f"{spec.name}/{eval_plan.model.name}"
-        responses = fetch_responses(
-            eval_plan, cache, backend, read_cache=not args.no_cache, progress=ProgressBar(label)
-        )
-        done = complete_run(eval_plan, responses, args.results, started_at=started_at)
-        any_scored = any_scored or done.summary.any_scored
-        print(f"Run: {label} -> {done.run_dir}", file=out)
-        print(format_summary(done.records, time.perf_counter() - started), file=out)
-        for warning in done.manifest["warnings"]:
-            print(f"Warning: {warning}", file=out)
+    with backend.session():  # one Ray cluster for all the models, not one each
+        for eval_plan in plans:
+            started_at, started = datetime.now(UTC), time.perf_counter()
+            label = f"{spec.name}/{eval_plan.model.name}"
+            progress = ProgressBar(label)
+            responses = fetch_responses(
+                eval_plan, cache, backend, read_cache=not args.no_cache, progress=progress
+            )
+            done = complete_run(eval_plan, responses, args.results, started_at=started_at)
+            any_scored = any_scored or done.summary.any_scored
+            print(f"Run: {label} -> {done.run_dir}", file=out)
+            print(format_summary(done.records, time.perf_counter() - started), file=out)
+            for warning in done.manifest["warnings"]:
+                print(f"Warning: {warning}", file=out)
     return EXIT_OK if any_scored else EXIT_FAILED
