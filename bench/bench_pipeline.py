@@ -3,7 +3,11 @@
     .venv/bin/python -m bench.bench_pipeline [--n 500] [--latency 0.2] [--warm-n 10000]
 
 1. Cold runs of n samples against a loopback fake server answering after L seconds, at
-   concurrency C = 8 and 64: the responses step's wall time over the floor n*L/C.
+   concurrency C = 8 and 64: the responses step's wall time over the floor n*L/C. Beside
+   it, the same n requests from a bare asyncio client (C keep-alive sockets, prebuilt
+   bytes, no HTTP library, no cache) over the same floor: what this server and machine
+   allow at all. n/C rounds that are not whole put the floor itself out of reach
+   (n=500, C=64: 8 rounds of L for 7.8, at best 1.024).
 2. A warm re-run and a scorer-only re-score of `warm-n` cached samples: whole-process wall
    time over the wall time of a bare `gradetrail --version`, all measured in this run.
 
@@ -11,6 +15,7 @@ The fake server runs in its own process so that it does not share this process's
 """
 
 import argparse
+import asyncio
 import json
 import statistics
 import subprocess
@@ -66,6 +71,37 @@ def manifest_of(stdout: str, cwd: Path) -> dict[str, object]:
     return dict(json.loads((run_dir / "manifest.json").read_text()))
 
 
+def bare_client_ratio(n: int, latency_s: float, concurrency: int, url: str) -> float:
+    """Wall time over n*L/C of n POSTs from C raw keep-alive sockets (the reference)."""
+    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+    body = json.dumps(
+        {"model": "fake-1", "messages": [{"role": "user", "content": "Q: 1 + 2"}]}
+    ).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    request = head.encode() + body
+
+    async def send_all() -> None:
+        pending = iter(range(n))
+
+        async def worker() -> None:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            for _ in pending:
+                writer.write(request)
+                lines = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+                (length,) = [x for x in lines if x.lower().startswith(b"content-length:")]
+                await reader.readexactly(int(length.split(b":")[1]))
+            writer.close()
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    started = time.perf_counter()
+    asyncio.run(send_all())
+    return (time.perf_counter() - started) / (n * latency_s / concurrency)
+
+
 def cold_ratio(n: int, latency_s: float, concurrency: int, workdir: Path, url: str) -> None:
     case = workdir / f"cold-c{concurrency}"
     write_addition_dataset(case / "data" / "add.jsonl", n)
@@ -86,13 +122,15 @@ def cold_ratio(n: int, latency_s: float, concurrency: int, workdir: Path, url: s
     )
     responses_s = float(manifest_of(out, case)["timings_s"]["responses"])  # type: ignore[index]
     floor = n * latency_s / concurrency
+    bare = bare_client_ratio(n, latency_s, concurrency, url)
     print(
         f"cold n={n} L={latency_s * 1000:.0f}ms C={concurrency}: responses step / floor = "
-        f"{responses_s / floor:.3f} (whole process / floor = {wall / floor:.3f})"
+        f"{responses_s / floor:.3f} (whole process / floor = {wall / floor:.3f}; "
+        f"bare asyncio client / floor = {bare:.3f})"
     )
 
 
-def warm_ratios(n: int, workdir: Path, url: str, repeats: int = 3) -> None:
+def warm_ratios(n: int, workdir: Path, url: str, repeats: int = 5) -> None:
     case = workdir / "warm"
     write_addition_dataset(case / "data" / "add.jsonl", n)
     spec = write_spec(case / "add.yaml", base_url=url)
