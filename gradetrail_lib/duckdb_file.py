@@ -59,7 +59,8 @@ class _Attachments:
             instance = self._current()
             if not self._users.get(path):
                 quoted = path.replace("'", "''")
-                instance.execute(f"ATTACH '{quoted}' AS {alias}")
+                # IF NOT EXISTS: a DETACH that failed earlier leaves it attached, and usable.
+                instance.execute(f"ATTACH IF NOT EXISTS '{quoted}' AS {alias}")
             self._users[path] = self._users.get(path, 0) + 1
             connection = instance.cursor()
         try:
