@@ -17,13 +17,10 @@ def insert_rows(
     table: str,
     columns: Sequence[Column],
     rows: Sequence[Sequence[Any]],
-    *,
-    or_ignore: bool = False,
 ) -> None:
     if not rows:
         return
     arrays = [list(values) for values in zip(*rows, strict=True)]
     names = ", ".join(name for name, _ in columns)
     selects = ", ".join(f"unnest(${i + 1}::{kind}[])" for i, (_, kind) in enumerate(columns))
-    verb = "INSERT OR IGNORE INTO" if or_ignore else "INSERT INTO"
-    connection.execute(f"{verb} {table} ({names}) SELECT {selects}", arrays)
+    connection.execute(f"INSERT INTO {table} ({names}) SELECT {selects}", arrays)

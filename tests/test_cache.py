@@ -1,0 +1,143 @@
+"""The response cache: an append-only log read earliest-first, written one burst at a time."""
+
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+
+from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.providers.base import ModelResponse
+from gradetrail_lib.request import Endpoint, ModelRequest
+
+ENDPOINT = Endpoint("openai_compatible", "fake-1", "http://127.0.0.1:1/v1", None)
+
+# The table as files written before the log format hold it.
+KEYED_SCHEMA = """
+CREATE TABLE responses (
+    key VARCHAR PRIMARY KEY, provider VARCHAR NOT NULL, model VARCHAR NOT NULL,
+    served_model VARCHAR, text VARCHAR NOT NULL, stop_reason VARCHAR NOT NULL,
+    input_tokens BIGINT, output_tokens BIGINT, latency_s DOUBLE NOT NULL,
+    attempts INTEGER NOT NULL, raw VARCHAR NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp
+)
+"""
+
+
+def item(key: str, text: str = "42") -> tuple[ModelRequest, ModelResponse]:
+    request = ModelRequest(key, ENDPOINT, [{"role": "user", "content": "Q"}], {})
+    response = ModelResponse(
+        text=text,
+        served_model="fake-1",
+        stop_reason="stop",
+        input_tokens=3,
+        output_tokens=1,
+        latency_s=0.2,
+        raw={"choices": [{"message": {"content": text}}]},
+    )
+    return request, response
+
+
+def test_lookup_returns_what_was_put(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    cache.put_many([item("a", "1"), item("b", "2")])
+    found = cache.lookup(["a", "b", "c"])
+    assert {k: r.text for k, r in found.items()} == {"a": "1", "b": "2"}
+    assert found["a"].input_tokens == 3 and found["a"].stop_reason == "stop"
+    assert found["a"].raw == {}  # the raw body stays in the file
+
+
+def test_two_rows_of_one_key_read_as_the_earliest(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    cache.put_many([item("a", "first")])
+    time.sleep(0.01)  # created_at is the transaction's start time
+    cache.put_many([item("a", "second")])
+    assert cache.lookup(["a"])["a"].text == "first"
+    assert cache.count() == 1
+    with duckdb.connect(str(tmp_path / "c.duckdb")) as direct:
+        assert direct.execute("SELECT count(*) FROM responses").fetchone() == (2,)
+
+
+def test_a_keyed_file_is_rewritten_as_the_log_with_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "old.duckdb"
+    with duckdb.connect(str(path)) as old:
+        old.execute(KEYED_SCHEMA)
+        old.execute(
+            "INSERT INTO responses (key, provider, model, text, stop_reason, latency_s,"
+            " attempts, raw) VALUES ('k1', 'openai', 'm', 'kept', 'stop', 0.5, 2, '{}')"
+        )
+    cache = ResponseCache(path)
+    (response,) = cache.lookup(["k1"]).values()
+    assert (response.text, response.latency_s, response.attempts) == ("kept", 0.5, 2)
+    cache.put_many([item("k1", "again"), item("k2")])  # a PRIMARY KEY would refuse k1
+    assert cache.count() == 2
+    assert cache.lookup(["k1"])["k1"].text == "kept"
+    with duckdb.connect(str(path)) as direct:
+        kinds = direct.execute(
+            "SELECT constraint_type FROM duckdb_constraints() WHERE table_name = 'responses'"
+        ).fetchall()
+        assert ("PRIMARY KEY",) not in kinds
+        assert ("NOT NULL",) in kinds
+    ResponseCache(path)  # opening the log again changes nothing
+    assert cache.count() == 2
+
+
+def test_a_burst_goes_in_one_transaction(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    with cache.writer() as writer:
+        for i in range(64):
+            writer.put(*item(f"k{i}"))
+    assert writer.written == 64
+    # Queued within microseconds of each other: one pause-delimited batch (two if the
+    # writer woke between the first put and the rest).
+    assert writer.transactions <= 2
+    assert cache.count() == 64
+
+
+def test_a_steady_stream_is_written_at_least_every_max_delay(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    seen_while_running: list[int] = []
+    with cache.writer() as writer:
+        started = time.monotonic()
+        i = 0
+        # Arrivals closer than the pause the writer waits for: only the cap ends a batch.
+        while time.monotonic() - started < 0.5:
+            writer.put(*item(f"k{i}"))
+            i += 1
+            time.sleep(0.001)
+        seen_while_running.append(cache.count())
+    assert writer.written == i
+    assert writer.transactions >= 3
+    assert seen_while_running[0] > 0  # written during the stream, not only at the end
+
+
+def test_close_writes_what_is_queued_without_waiting_for_a_pause(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    writer_scope = cache.writer()
+    writer = writer_scope.__enter__()
+    writer.put(*item("a"))
+    started = time.monotonic()
+    writer_scope.__exit__(None, None, None)
+    assert time.monotonic() - started < 5
+    assert cache.lookup(["a"])
+
+
+def test_writer_threads_and_lookups_share_the_file(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    errors: list[BaseException] = []
+
+    def read_while_writing() -> None:
+        try:
+            for _ in range(20):
+                cache.lookup(["k0"])
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    with cache.writer() as writer:
+        reader = threading.Thread(target=read_while_writing)
+        reader.start()
+        for i in range(200):
+            writer.put(*item(f"k{i}"))
+        reader.join()
+    assert errors == []
+    assert cache.count() == 200
