@@ -168,6 +168,7 @@ class CacheWriter:
         self._error: BaseException | None = None
         self.written = 0
         self.transactions = 0
+        self._finished = False
         self._thread = threading.Thread(target=self._loop, name="cache-writer", daemon=True)
         self._thread.start()
 
@@ -205,8 +206,14 @@ class CacheWriter:
                 return batch, False
         return batch, True
 
+    def finish(self) -> None:
+        """No more responses will come: write what is queued without waiting for a pause."""
+        if not self._finished:
+            self._finished = True
+            self._queue.put(_STOP)
+
     def close(self) -> None:
-        self._queue.put(_STOP)
+        self.finish()
         self._thread.join()
         if self._error is not None:
             raise GradetrailError(f"cache writer failed: {self._error}") from self._error

@@ -144,6 +144,8 @@ def fetch_responses(
                     writer.put(request, outcome)
             if progress:
                 progress(len(result.responses) + len(result.errors), total)
+            if writer is not None and result.calls == len(live):
+                writer.finish()  # the last write need not wait for the backend to wind down
 
         backend.run(live, on_result)
     result.wall_s = time.perf_counter() - started

@@ -145,10 +145,10 @@ def call(
         sleeps.append(seconds)
 
     async def go() -> ModelResponse | ProviderError:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        async with httpx.MockTransport(handler) as transport:
             try:
                 return await call_model(
-                    client,
+                    transport,
                     request,
                     policy or RetryPolicy(),
                     sleep=fake_sleep,

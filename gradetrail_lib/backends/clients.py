@@ -1,11 +1,9 @@
 """The sending half shared by the asyncio backend and each Ray worker.
 
-One httpx client over `StreamTransport`: a connection per request in flight, kept
-alive between requests. (httpx's default pool slows down sharply with many requests
-in flight, notes/FACTS.md; this transport has no pool to contend for.)
+One `StreamTransport`: a connection per request in flight, kept alive between requests.
+(httpx's default pool slows down sharply with many requests in flight, notes/FACTS.md;
+this transport has no pool to contend for.)
 """
-
-import httpx
 
 from gradetrail_lib.backends.transport import StreamTransport
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
@@ -19,14 +17,14 @@ class RequestSender:
     """Sends requests with the retry policy applied; keeps connections between them."""
 
     def __init__(self) -> None:
-        self._client = httpx.AsyncClient(transport=StreamTransport())
+        self._transport = StreamTransport()
 
     async def send(self, request: ModelRequest, policy: RetryPolicy) -> Outcome:
         """The request's response, or the ProviderError it finally failed with."""
         try:
-            return await call_model(self._client, request, policy)
+            return await call_model(self._transport, request, policy)
         except ProviderError as error:
             return error
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
