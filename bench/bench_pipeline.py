@@ -3,11 +3,12 @@
     .venv/bin/python -m bench.bench_pipeline [--n 500] [--latency 0.2] [--warm-n 10000]
 
 1. Cold runs of n samples against a loopback fake server answering after L seconds, at
-   concurrency C = 8 and 64: the responses step's wall time over the floor n*L/C. Beside
-   it, the same n requests from a bare asyncio client (C keep-alive sockets, prebuilt
-   bytes, no HTTP library, no cache) over the same floor: what this server and machine
-   allow at all. n/C rounds that are not whole put the floor itself out of reach
-   (n=500, C=64: 8 rounds of L for 7.8, at best 1.024).
+   concurrency C = 8 and 64: the responses step's wall time over the floor n*L/C, median
+   of `repeats` runs (single runs on this shared 2-core machine vary by +-0.02). After each,
+   the same n requests from a bare asyncio client (C keep-alive sockets, prebuilt bytes,
+   no HTTP library, no cache) over the same floor: what this server and machine allow at
+   all. n/C rounds that are not whole put the floor itself out of reach (n=500, C=64:
+   8 rounds of L for 7.8, at best 1.024).
 2. A warm re-run and a scorer-only re-score of `warm-n` cached samples: whole-process wall
    time over the wall time of a bare `gradetrail --version`, all measured in this run.
 
@@ -102,13 +103,14 @@ def bare_client_ratio(n: int, latency_s: float, concurrency: int, url: str) -> f
     return (time.perf_counter() - started) / (n * latency_s / concurrency)
 
 
-def cold_ratio(n: int, latency_s: float, concurrency: int, workdir: Path, url: str) -> None:
-    case = workdir / f"cold-c{concurrency}"
+def cold_ratio(n: int, latency_s: float, concurrency: int, case: Path, url: str) -> float:
+    """The responses step's wall time (from the run's manifest) over n*L/C."""
     write_addition_dataset(case / "data" / "add.jsonl", n)
+    # A prompt of its own per case: every request misses the cache.
     spec = write_spec(
-        case / "add.yaml", base_url=url, prompt=f"[c{concurrency}] Q: {{{{ a }}}} + {{{{ b }}}}"
+        case / "add.yaml", base_url=url, prompt=f"[{case.name}] Q: {{{{ a }}}} + {{{{ b }}}}"
     )
-    wall, out = timed(
+    _, out = timed(
         [
             *GRADETRAIL,
             "run",
@@ -121,13 +123,27 @@ def cold_ratio(n: int, latency_s: float, concurrency: int, workdir: Path, url: s
         case,
     )
     responses_s = float(manifest_of(out, case)["timings_s"]["responses"])  # type: ignore[index]
-    floor = n * latency_s / concurrency
-    bare = bare_client_ratio(n, latency_s, concurrency, url)
+    return responses_s / (n * latency_s / concurrency)
+
+
+def cold_ratios(
+    n: int, latency_s: float, concurrency: int, workdir: Path, url: str, repeats: int
+) -> None:
+    """`repeats` cold runs, each followed by the bare client, so both see the same machine."""
+    ours, bare = [], []
+    for i in range(repeats):
+        case = workdir / f"cold-c{concurrency}-{i}"
+        ours.append(cold_ratio(n, latency_s, concurrency, case, url))
+        bare.append(bare_client_ratio(n, latency_s, concurrency, url))
     print(
         f"cold n={n} L={latency_s * 1000:.0f}ms C={concurrency}: responses step / floor = "
-        f"{responses_s / floor:.3f} (whole process / floor = {wall / floor:.3f}; "
-        f"bare asyncio client / floor = {bare:.3f})"
+        f"{statistics.median(ours):.3f} median of {repeats} ({_spread(ours)}); "
+        f"bare asyncio client / floor = {statistics.median(bare):.3f} ({_spread(bare)})"
     )
+
+
+def _spread(values: list[float]) -> str:
+    return " ".join(f"{v:.3f}" for v in values)
 
 
 def warm_ratios(n: int, workdir: Path, url: str, repeats: int = 5) -> None:
@@ -159,13 +175,14 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--warm-n", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=5, help="cold runs per concurrency")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         server, url = start_server(args.latency, workdir)
         try:
             for concurrency in (8, 64):
-                cold_ratio(args.n, args.latency, concurrency, workdir, url)
+                cold_ratios(args.n, args.latency, concurrency, workdir, url, args.repeats)
         finally:
             server.terminate()
             server.wait()

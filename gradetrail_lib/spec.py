@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import jinja2
-import jsonschema
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -19,6 +18,7 @@ from pydantic import (
 )
 
 from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.json_schemas import schema_problem
 from gradetrail_lib.yaml_source import Location, YamlDocument, load_yaml
 
 
@@ -152,11 +152,9 @@ class JsonSchemaScorer(_Strict):
     @field_validator("json_schema")
     @classmethod
     def _check_schema(cls, schema: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
-        if schema is not None:
-            try:
-                jsonschema.Draft202012Validator.check_schema(schema)
-            except jsonschema.SchemaError as exc:
-                raise ValueError(f"not a valid Draft 2020-12 schema: {exc.message}") from exc
+        problem = None if schema is None else schema_problem(schema)
+        if problem is not None:
+            raise ValueError(f"not a valid Draft 2020-12 schema: {problem}")
         return schema
 
     @model_validator(mode="after")

@@ -3,6 +3,8 @@
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.scorers import Score, Scorer, build_scorer
 from gradetrail_lib.scorers.regex import compile_pattern, literal_text
 from gradetrail_lib.spec import LoadedSpec, ScorerConfig, Spec
+from tests.conftest import write_spec
 
 DATASET = "data/x.jsonl"
 _CONFIG = TypeAdapter(ScorerConfig)
@@ -473,3 +476,33 @@ def test_score_all_marks_only_the_sample_whose_scorer_raised(tmp_path):
     # 100 input and 20 output tokens at claude-haiku-4-5's $1 / $5 per million.
     assert rows["good"].cost_usd == pytest.approx((100 * 1.0 + 20 * 5.0) / 1_000_000)
     assert all(r.reason for r in rows.values())
+
+
+BUILD_AND_REPORT_JSONSCHEMA = """
+import sys
+from pathlib import Path
+from gradetrail_lib.scorers import build_scorer
+from gradetrail_lib.spec import load_spec
+loaded = load_spec(Path(sys.argv[1]))
+build_scorer(loaded.spec.scorer, loaded.base_dir)
+print("jsonschema" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("scorer", "imported"),
+    [("{type: numeric}", "False"), ("{type: json_schema, schema: {type: object}}", "True")],
+)
+def test_jsonschema_is_imported_only_for_a_json_schema_scorer(
+    tmp_path: Path, scorer: str, imported: str
+) -> None:
+    # It is a quarter of the CLI's start-up; every other spec does without it.
+    spec = write_spec(tmp_path / "s.yaml", base_url="http://127.0.0.1:1/v1", scorer=scorer)
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD_AND_REPORT_JSONSCHEMA, str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == imported

@@ -38,19 +38,24 @@ def field_value(sample: Sample, field: str, dataset_path: str) -> Any:
 
 
 def build_scorer(config: Any, base_dir: Any) -> Scorer:
-    """`base_dir` resolves files a scorer names (a schema file, say)."""
-    from gradetrail_lib.scorers.exact import ExactMatch
-    from gradetrail_lib.scorers.json_schema import JsonSchemaMatch
-    from gradetrail_lib.scorers.numeric import NumericMatch
-    from gradetrail_lib.scorers.regex import RegexMatch
+    """`base_dir` resolves files a scorer names (a schema file, say). Each scorer's module
+    is imported only when a spec uses it (the json_schema one brings in jsonschema)."""
     from gradetrail_lib.spec import ExactScorer, JsonSchemaScorer, NumericScorer, RegexScorer
 
     if isinstance(config, ExactScorer):
+        from gradetrail_lib.scorers.exact import ExactMatch
+
         return ExactMatch(config)
     if isinstance(config, RegexScorer):
+        from gradetrail_lib.scorers.regex import RegexMatch
+
         return RegexMatch(config)
     if isinstance(config, NumericScorer):
+        from gradetrail_lib.scorers.numeric import NumericMatch
+
         return NumericMatch(config)
     if isinstance(config, JsonSchemaScorer):
+        from gradetrail_lib.scorers.json_schema import JsonSchemaMatch
+
         return JsonSchemaMatch(config, base_dir)
     raise TypeError(f"no scorer for {type(config).__name__}")

@@ -9,6 +9,7 @@ import jsonschema
 
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
+from gradetrail_lib.json_schemas import schema_problem
 from gradetrail_lib.scorers.base import Score, clip, field_value
 from gradetrail_lib.spec import JsonSchemaScorer
 
@@ -33,10 +34,9 @@ def load_schema_file(path: Path) -> dict[str, Any]:
 
 
 def _check_schema(schema: Any, where: str, line: int | None) -> None:
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise InputError(where, line, None, f"not a Draft 2020-12 schema: {exc.message}") from exc
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise InputError(where, line, None, f"not a valid Draft 2020-12 schema: {problem}")
 
 
 class JsonSchemaMatch:
