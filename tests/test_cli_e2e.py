@@ -97,6 +97,41 @@ def run_dir_of(done: subprocess.CompletedProcess[str]) -> Path:
     return Path(line.split(" -> ", 1)[1])
 
 
+RUN_AND_LIST_HTTP_MODULES = """
+import sys
+from gradetrail_lib.cli import main
+code = main(sys.argv[1:])
+print(sorted(m for m in ("httpx", "h11") if m in sys.modules))
+sys.exit(code)
+"""
+
+
+def test_a_fully_cached_run_does_not_load_the_http_stack(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    # httpx (with the rich console its CLI imports) is a fifth of a cached run's start-up.
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", N)
+    spec = write_spec(tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    args = ["run", str(spec), "--cache", str(tmp_path / "cache.duckdb")]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", RUN_AND_LIST_HTTP_MODULES, *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        for _ in range(2)
+    ]
+    cold, warm = runs
+    assert cold.returncode == 0, cold.stderr
+    assert cold.stdout.splitlines()[-1] == "['h11', 'httpx']"
+    assert warm.returncode == 0, warm.stderr
+    assert f"Cache hits: {N}/{N}" in warm.stdout
+    assert warm.stdout.splitlines()[-1] == "[]"
+    assert fake_server.calls == N
+
+
 def test_manifest_and_results_fields(tmp_path: Path, fake_server: FakeLLMServer) -> None:
     write_addition_dataset(tmp_path / "data" / "add.jsonl", 5)
     fake_server.served_model = "fake-1-2026-01-01"

@@ -19,15 +19,12 @@ import httpx
 import pytest
 
 from gradetrail_lib.errors import RunAborted
+from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.anthropic_messages import ANTHROPIC_VERSION, seconds_until
-from gradetrail_lib.providers.base import ModelResponse, ProviderError, json_post
-from gradetrail_lib.providers.caller import (
-    AbortTracker,
-    RetryPolicy,
-    call_model,
-    parse_retry_after,
-)
+from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.caller import call_model
 from gradetrail_lib.providers.openai_chat import parse_openai_duration
+from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy, parse_retry_after
 from gradetrail_lib.request import Endpoint, ModelRequest
 
 OPENAI_KEY = "sk-test-openai-0123456789abcdef"

@@ -1,7 +1,6 @@
 """Execution backends: where the cache-missing requests are sent from."""
 
 from gradetrail_lib.backends.base import Backend, ResultCallback
-from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.errors import UsageError
 
 BACKENDS = ("local", "ray")
@@ -17,6 +16,8 @@ def build_backend(
         for name, value in (("workers", workers), ("ray address", address)):
             if value is not None:
                 raise UsageError(f"{name} needs the ray backend")
+        from gradetrail_lib.backends.local import LocalBackend
+
         return LocalBackend(concurrency=concurrency)
     if kind == "ray":
         workers = 2 if workers is None else workers
@@ -30,4 +31,4 @@ def build_backend(
     raise UsageError(f"unknown backend {kind!r} (one of {', '.join(BACKENDS)})")
 
 
-__all__ = ["BACKENDS", "Backend", "LocalBackend", "ResultCallback", "build_backend"]
+__all__ = ["BACKENDS", "Backend", "ResultCallback", "build_backend"]

@@ -7,7 +7,8 @@ this transport has no pool to contend for.)
 
 from gradetrail_lib.backends.transport import StreamTransport
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.caller import RetryPolicy, call_model
+from gradetrail_lib.providers.caller import call_model
+from gradetrail_lib.providers.policy import RetryPolicy
 from gradetrail_lib.request import ModelRequest
 
 Outcome = ModelResponse | ProviderError

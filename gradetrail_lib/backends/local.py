@@ -5,10 +5,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 from gradetrail_lib.backends.base import ResultCallback
-from gradetrail_lib.backends.clients import RequestSender
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.caller import AbortTracker, RetryPolicy
+from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
 from gradetrail_lib.request import ModelRequest
 
 
@@ -41,6 +40,10 @@ class LocalBackend:
             asyncio.run(self.run_async(requests, on_result))
 
     async def run_async(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
+        # Imported here: the HTTP stack (httpx, h11) is a fifth of the start-up of a
+        # fully cached run, which sends nothing.
+        from gradetrail_lib.backends.clients import RequestSender
+
         workers = min(self.concurrency, len(requests))
         sender = RequestSender()
         tracker = AbortTracker(self.policy.abort_after_identical)

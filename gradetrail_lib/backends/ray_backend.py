@@ -33,7 +33,7 @@ from gradetrail_lib.backends.base import ResultCallback
 from gradetrail_lib.backends.clients import Outcome, RequestSender
 from gradetrail_lib.errors import GradetrailError, RunAborted
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.caller import AbortTracker, RetryPolicy
+from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
 from gradetrail_lib.request import ModelRequest
 
 log = logging.getLogger(__name__)

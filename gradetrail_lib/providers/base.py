@@ -1,13 +1,8 @@
-"""What every provider returns, and how failures are classified."""
+"""What every provider returns, and how failures are classified (no HTTP here: a
+fully cached run imports this and must not pay for httpx)."""
 
-import json
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Literal, Protocol
-
-import httpx
-
-from gradetrail_lib.request import ModelRequest
+from typing import Any, Literal
 
 StopReason = Literal["stop", "max_tokens", "tool_use", "content_filter", "other"]
 FailureKind = Literal["fatal", "transient"]
@@ -67,33 +62,3 @@ class ProviderError(Exception):
     def signature(self) -> tuple[int | None, str]:
         """Two errors with equal signatures are "identical" for the abort rule."""
         return (self.status, self.message)
-
-
-@lru_cache(maxsize=256)
-def _parsed_url(url: str) -> httpx.URL:
-    return httpx.URL(url)
-
-
-def json_post(url: str, headers: dict[str, str], body: dict[str, Any]) -> httpx.Request:
-    """A POST with a JSON body, built for the hot path: parsing the same endpoint URL for
-    every request and httpx's own `json=` encoding cost 35 of the 48 us a request took to
-    build here. The body is encoded as httpx would (compact, UTF-8, no NaN)."""
-    content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return httpx.Request(
-        "POST",
-        _parsed_url(url),
-        headers={**headers, "content-type": "application/json"},
-        content=content.encode("utf-8"),
-    )
-
-
-class Adapter(Protocol):
-    """Translates between gradetrail requests and one provider's HTTP API."""
-
-    def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request: ...
-
-    def parse(self, body: Any) -> ParsedBody: ...
-
-    def reset_after_s(self, headers: httpx.Headers) -> float | None:
-        """Seconds until the provider's rate-limit window resets, from its own headers."""
-        ...

@@ -1,4 +1,4 @@
-"""The one call policy every provider shares: retries, backoff, rate limits, aborts.
+"""Provider calls over HTTP with the shared policy (`policy`) applied.
 
 Transient failures (429, 408, 409, 425, 5xx, timeouts, connection errors) are retried
 with exponential backoff and full jitter; a `retry-after` header (seconds or HTTP date)
@@ -12,21 +12,14 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 
 import httpx
 
-from gradetrail_lib.errors import RunAborted
+from gradetrail_lib.providers.adapter import Adapter
 from gradetrail_lib.providers.anthropic_messages import AnthropicMessagesAdapter
-from gradetrail_lib.providers.base import (
-    FATAL_STATUSES,
-    Adapter,
-    ModelResponse,
-    ProviderError,
-)
+from gradetrail_lib.providers.base import FATAL_STATUSES, ModelResponse, ProviderError
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
+from gradetrail_lib.providers.policy import RetryPolicy, parse_retry_after
 from gradetrail_lib.request import ModelRequest
 
 ADAPTERS: dict[str, Adapter] = {
@@ -45,63 +38,8 @@ Sleep = Callable[[float], Awaitable[None]]
 _JITTER = random.Random()
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int = 6
-    base_delay_s: float = 0.5
-    max_delay_s: float = 30.0
-    # A server asking for a longer pause than this is obeyed only up to it.
-    max_server_wait_s: float = 300.0
-    timeout_s: float = 300.0
-    # Consecutive identical final errors (no success between) that abort the run.
-    abort_after_identical: int = 3
-
-    def delay_s(self, attempt: int, server_wait_s: float | None, rng: random.Random) -> float:
-        if server_wait_s is not None:
-            # A little jitter on top so that clients told the same time do not stampede.
-            return min(server_wait_s, self.max_server_wait_s) + rng.uniform(0, 0.1)
-        return rng.uniform(0, min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
-
-
-def parse_retry_after(value: str, now: datetime | None = None) -> float | None:
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
 def redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]") if secret else text
-
-
-class AbortTracker:
-    """Aborts the run after N consecutive identical final errors with no success between."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._last: tuple[int | None, str] | None = None
-        self._count = 0
-
-    def success(self) -> None:
-        self._last, self._count = None, 0
-
-    def failure(self, error: ProviderError) -> None:
-        if error.signature == self._last:
-            self._count += 1
-        else:
-            self._last, self._count = error.signature, 1
-        if self._count >= self.limit:
-            raise RunAborted(
-                f"aborted after {self._count} identical errors in a row: {error.message}"
-            )
 
 
 def api_key_for(request: ModelRequest) -> str | None:

@@ -5,7 +5,8 @@ from typing import Any
 
 import httpx
 
-from gradetrail_lib.providers.base import ParsedBody, StopReason, json_post
+from gradetrail_lib.providers.adapter import json_post
+from gradetrail_lib.providers.base import ParsedBody, StopReason
 from gradetrail_lib.request import ModelRequest
 
 _STOP_REASONS: dict[str, StopReason] = {
