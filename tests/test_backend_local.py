@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -134,3 +136,19 @@ def test_limited_and_describe() -> None:
     assert backend.describe() == {"backend": "local", "concurrency": 8}
     with pytest.raises(ValueError):
         LocalBackend(concurrency=0)
+
+
+def test_prepare_loads_the_http_stack_that_construction_does_not() -> None:
+    # A fully cached run builds a backend and never sends; one that sends loads the HTTP
+    # stack in prepare(), with start-up, not in its first responses step.
+    code = (
+        "import sys\n"
+        "from gradetrail_lib.backends import build_backend\n"
+        "backend = build_backend('local', concurrency=4)\n"
+        "before = 'httpx' in sys.modules\n"
+        "backend.prepare()\n"
+        "print(before, 'httpx' in sys.modules, 'h11' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"]

@@ -19,6 +19,11 @@ class Backend(Protocol):
         """Send every request; raise RunAborted when the abort rule fires."""
         ...
 
+    def prepare(self) -> None:
+        """Load what sending needs, for a command that will send: as part of its start-up
+        rather than inside the first run's responses step. A fully cached run skips it."""
+        ...
+
     def session(self) -> AbstractContextManager[None]:
         """A scope in which several run() calls share what a backend sets up (a Ray
         cluster started on demand), released at its end instead of after each run."""

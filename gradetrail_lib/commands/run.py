@@ -76,6 +76,8 @@ def run_command(args: argparse.Namespace) -> int:
     plans = [plan(loaded, m) for m in models]  # every input error is found before any call
     backend = make_backend(args)
     cache = ResponseCache(args.cache or default_cache_path())
+    if args.no_cache or not all(cache.has_all([i.request.key for i in p.items]) for p in plans):
+        backend.prepare()
     any_scored = False
     with backend.session():  # one Ray cluster for all the models, not one each
         for eval_plan in plans:
