@@ -115,19 +115,6 @@ class ResponseCache:
             for row in rows
         }
 
-    def has_all(self, keys: Sequence[str]) -> bool:
-        """Whether every key is cached: cheaper than `lookup` (no rows come back)."""
-        wanted = list(set(keys))
-        if not wanted:
-            return True
-        with open_connection(self.path) as connection:
-            row = connection.execute(
-                "SELECT count(DISTINCT key) FROM responses"
-                " WHERE key IN (SELECT unnest($keys::VARCHAR[]))",
-                {"keys": wanted},
-            ).fetchone()
-        return row is not None and row[0] == len(wanted)
-
     def put_many(self, items: Sequence[tuple[ModelRequest, ModelResponse]]) -> None:
         if not items:
             return

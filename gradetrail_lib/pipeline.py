@@ -18,7 +18,7 @@ from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.render import PromptRenderer
-from gradetrail_lib.request import ModelRequest, endpoint_for, key_base_url, request_key
+from gradetrail_lib.request import ModelRequest, endpoint_for, key_base_url, request_keyer
 from gradetrail_lib.request import request_params as params_of
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec import LoadedSpec, ModelConfig
@@ -50,6 +50,10 @@ class EvalPlan:
     def dataset_label(self) -> str:
         return self.loaded.spec.dataset.path
 
+    def request_keys(self) -> list[str]:
+        """Each request key once (samples that render alike share one request)."""
+        return list(dict.fromkeys(item.request.key for item in self.items))
+
 
 def load_spec_dataset(loaded: LoadedSpec) -> Dataset:
     return load_dataset(loaded.resolve(loaded.spec.dataset.path), loaded.spec.dataset.path)
@@ -63,7 +67,7 @@ def plan(loaded: LoadedSpec, model: ModelConfig, dataset: Dataset | None = None)
     scorer = build_scorer(loaded.spec.scorer, loaded.base_dir)
     params = params_of(loaded.spec.params)
     endpoint = endpoint_for(model, live_base_url="local://" if model.provider == "local" else None)
-    base_url = key_base_url(model)
+    key_of = request_keyer(model.provider, model.name, key_base_url(model), params)
     items: list[PlannedSample] = []
     errors: list[InputError] = []
     for sample in dataset.samples:
@@ -73,8 +77,8 @@ def plan(loaded: LoadedSpec, model: ModelConfig, dataset: Dataset | None = None)
         except InputError as exc:
             errors.append(exc)
             continue
-        key = request_key(model.provider, model.name, base_url, messages, params)
-        items.append(PlannedSample(sample, ModelRequest(key, endpoint, messages, params)))
+        request = ModelRequest(key_of(messages), endpoint, messages, params)
+        items.append(PlannedSample(sample, request))
     if errors:
         raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
     return EvalPlan(loaded, dataset, model, items, scorer)
@@ -112,9 +116,13 @@ def fetch_responses(
     backend: Backend,
     *,
     read_cache: bool = True,
+    cached: dict[str, ModelResponse] | None = None,
     progress: Progress | None = None,
 ) -> Responses:
-    """Look every key up; call the provider for the misses only, caching each on arrival."""
+    """Look every key up; call the provider for the misses only, caching each on arrival.
+
+    `cached` is what `cache.lookup` gave for the plan's keys when the caller looked them
+    up already (to know before this step whether anything is to be sent)."""
     started = time.perf_counter()
     if plan.model.provider == "local":
         # llama.cpp's server answers one request at a time; more would only queue there
@@ -125,7 +133,7 @@ def fetch_responses(
     for item in plan.items:
         unique.setdefault(item.request.key, item.request)
     if cache is not None and read_cache:
-        result.responses = cache.lookup(list(unique))
+        result.responses = dict(cached) if cached is not None else cache.lookup(list(unique))
         result.cache_hits = set(result.responses)
     missing = [r for k, r in unique.items() if k not in result.responses]
     total = len(unique)
@@ -172,15 +180,12 @@ class ResultRow:
 
     def to_json(self) -> dict[str, Any]:
         # Shallow on purpose: dataclasses.asdict deep-copies and dominates a warm run.
-        row = {name: getattr(self, name) for name in _RESULT_FIELDS}
+        row = dict(self.__dict__)
         row["usage"] = {
             "input_tokens": row.pop("input_tokens"),
             "output_tokens": row.pop("output_tokens"),
         }
         return row
-
-
-_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ResultRow))
 
 
 def score_all(

@@ -15,10 +15,11 @@ random loopback port, so `base_url` is replaced by the identity of the weights (
 version and file name). The scorer is never part of the key: re-scoring is free.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gradetrail_lib.hashing import hash_json
+from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.spec import ModelConfig, Params
 
 KEY_VERSION = 1
@@ -72,16 +73,32 @@ def request_key(
     messages: list[Message],
     params: dict[str, Any],
 ) -> str:
-    return hash_json(
-        {
-            "v": KEY_VERSION,
-            "provider": provider,
-            "model": model,
-            "base_url": base_url,
-            "messages": messages,
-            "params": params,
-        }
-    )
+    return request_keyer(provider, model, base_url, params)(messages)
+
+
+# Stands for the messages while the rest of the key is encoded; a string JSON escapes
+# (NUL), so no value of the caller's is likely to encode as it does.
+_SLOT = "\x00gradetrail:messages\x00"
+
+
+def request_keyer(
+    provider: str, model: str, base_url: str | None, params: dict[str, Any]
+) -> Callable[[list[Message]], str]:
+    """`request_key` for one model and params: the part of the canonical JSON that does not
+    change between samples is encoded once, so each sample encodes only its messages."""
+    fixed = {
+        "v": KEY_VERSION,
+        "provider": provider,
+        "model": model,
+        "base_url": base_url,
+        "params": params,
+    }
+    encoded_slot = canonical_json(_SLOT)
+    pieces = canonical_json({**fixed, "messages": _SLOT}).split(encoded_slot)
+    if len(pieces) != 2:  # the slot's text is in a param too: encode it all each time
+        return lambda messages: hash_json({**fixed, "messages": messages})
+    head, tail = pieces
+    return lambda messages: sha256_hex(head + canonical_json(messages) + tail)
 
 
 def endpoint_for(model: ModelConfig, live_base_url: str | None = None) -> Endpoint:

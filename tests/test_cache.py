@@ -47,17 +47,6 @@ def test_lookup_returns_what_was_put(tmp_path: Path) -> None:
     assert found["a"].raw == {}  # the raw body stays in the file
 
 
-def test_has_all_is_true_only_when_every_key_is_cached(tmp_path: Path) -> None:
-    cache = ResponseCache(tmp_path / "c.duckdb")
-    assert cache.has_all([])
-    assert not cache.has_all(["a"])
-    cache.put_many([item("a"), item("b")])
-    assert cache.has_all(["a", "b", "a"])
-    assert not cache.has_all(["a", "b", "c"])
-    cache.put_many([item("a")])  # a second row of a key does not stand in for another key
-    assert not cache.has_all(["a", "c"])
-
-
 def test_two_rows_of_one_key_read_as_the_earliest(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path / "c.duckdb")
     cache.put_many([item("a", "first")])

@@ -1,10 +1,11 @@
 """Prompt rendering: StrictUndefined errors name the dataset, line, sample and field."""
 
+import jinja2
 import pytest
 
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.render import PromptRenderer, Template
+from gradetrail_lib.render import PromptRenderer, Template, make_environment, substitution_parts
 from gradetrail_lib.spec import Spec
 
 DATASET = "data/x.jsonl"
@@ -90,3 +91,52 @@ def test_runtime_template_error_names_the_sample():
         template.render(sample("s9", line=4, items=5), DATASET)
     assert (info.value.path, info.value.line, info.value.field) == (DATASET, 4, "prompt")
     assert "'s9'" in info.value.message
+
+
+SUBSTITUTIONS = [
+    "Q: {{ a }} + {{b}}\n",
+    "{{ a }}{{ a }}",
+    "x {{- a -}}   y\n\n",
+    "{# note #}{{ a }} {% raw %}{{ b }}{% endraw %}",
+    "plain text only",
+    "",
+    "{{ n }} {{ f }} {{ nothing }} {{ flag }} {{ items }} {{ meta }}",
+    "{{ range }}",  # a jinja2 global, not a field
+]
+FIELDS = {
+    "a": "<b>α & ω</b>",
+    "b": "(1.5)",
+    "n": 7,
+    "f": 0.1,
+    "nothing": None,
+    "flag": True,
+    "items": [1, "x"],
+    "meta": {"k": "v"},
+}
+
+
+@pytest.mark.parametrize("source", SUBSTITUTIONS)
+@pytest.mark.parametrize("finalize", [None, lambda value: f"[{value}]"])
+def test_plain_substitution_renders_exactly_as_jinja2_does(source, finalize):
+    env = make_environment(finalize)
+    assert substitution_parts(env, source) is not None  # the fast path is the one tested
+    expected = env.from_string(source).render(**FIELDS)
+    assert Template(source, "prompt", env).render(sample(**FIELDS), DATASET) == expected
+
+
+@pytest.mark.parametrize(
+    "source", ["{{ a | upper }}", "{{ meta.k }}", "{% if a %}{{ a }}{% endif %}", "{{ 'x' }}"]
+)
+def test_anything_but_plain_substitution_goes_to_jinja2(source):
+    assert substitution_parts(make_environment(), source) is None
+    rendered = Template(source, "prompt").render(sample(**FIELDS), DATASET)
+    assert rendered == make_environment().from_string(source).render(**FIELDS)
+
+
+def test_plain_substitution_reports_a_missing_field_as_jinja2_does():
+    source = "Q: {{ question }}"
+    with pytest.raises(jinja2.UndefinedError) as jinja_error:
+        make_environment().from_string(source).render(id="s7")
+    with pytest.raises(InputError) as info:
+        Template(source, "prompt").render(sample("s7", line=12), DATASET)
+    assert info.value.message == f"sample 's7': {jinja_error.value.message}"

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gradetrail_lib.hashing import canonical_json
+from gradetrail_lib.hashing import canonical_json, hash_json
 from gradetrail_lib.pipeline import plan
-from gradetrail_lib.request import key_base_url, request_key, request_params
+from gradetrail_lib.request import key_base_url, request_key, request_keyer, request_params
 from gradetrail_lib.spec import LoadedSpec, ModelConfig, Params, Spec, load_spec
 
 # The documented canonical form (request.py / hashing.py), written out by hand: keys sorted,
@@ -212,3 +212,26 @@ def test_local_model_key_uses_the_weights_not_a_port():
     assert url is not None
     assert url.endswith("/SmolLM2-135M-Instruct.Q4_1.gguf")
     assert "://" not in url
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"temperature": 0.0, "max_tokens": 64},
+        {},
+        # A param that holds the text standing for the messages must not split the key.
+        {"extra_note": "\x00gradetrail:messages\x00", "zeta": ["\x00gradetrail:messages\x00"]},
+    ],
+)
+def test_keyer_per_model_gives_the_key_of_the_whole_canonical_form(params):
+    keyer = request_keyer("openai_compatible", "m", None, params)
+    for messages in (MESSAGES, [], [{"role": "user", "content": '"}],\x00 {'}]):
+        whole = {
+            "v": 1,
+            "provider": "openai_compatible",
+            "model": "m",
+            "base_url": None,
+            "messages": messages,
+            "params": params,
+        }
+        assert keyer(messages) == hash_json(whole)

@@ -76,16 +76,22 @@ def run_command(args: argparse.Namespace) -> int:
     plans = [plan(loaded, m) for m in models]  # every input error is found before any call
     backend = make_backend(args)
     cache = ResponseCache(args.cache or default_cache_path())
-    if args.no_cache or not all(cache.has_all([i.request.key for i in p.items]) for p in plans):
+    cached = [{} if args.no_cache else cache.lookup(p.request_keys()) for p in plans]
+    if any(len(hits) < len(p.request_keys()) for p, hits in zip(plans, cached, strict=True)):
         backend.prepare()
     any_scored = False
     with backend.session():  # one Ray cluster for all the models, not one each
-        for eval_plan in plans:
+        for eval_plan, hits in zip(plans, cached, strict=True):
             started_at, started = datetime.now(UTC), time.perf_counter()
             label = f"{spec.name}/{eval_plan.model.name}"
             progress = ProgressBar(label)
             responses = fetch_responses(
-                eval_plan, cache, backend, read_cache=not args.no_cache, progress=progress
+                eval_plan,
+                cache,
+                backend,
+                read_cache=not args.no_cache,
+                cached=hits,
+                progress=progress,
             )
             done = complete_run(eval_plan, responses, args.results, started_at=started_at)
             any_scored = any_scored or done.summary.any_scored

@@ -24,12 +24,13 @@ _ENV = make_environment(finalize=lambda value: re.escape(str(value)))
 # Outside a character class and without VERBOSE these are the only characters with a
 # meaning of their own; "\" followed by a letter or digit is a class, anchor or reference.
 _SPECIAL = frozenset(".^$*+?{}[]|()")
+_SPECIAL_OR_ESCAPE = re.compile("[" + re.escape("".join(sorted(_SPECIAL)) + "\\") + "]")
 _LITERAL_UNSAFE_FLAGS = re.IGNORECASE | re.VERBOSE
 
 
 def literal_text(source: str) -> str | None:
     """The text a pattern matches when it is a plain literal (escapes undone), else None."""
-    if not any(c in _SPECIAL or c == "\\" for c in source):
+    if _SPECIAL_OR_ESCAPE.search(source) is None:
         return source
     out: list[str] = []
     chars = iter(source)
