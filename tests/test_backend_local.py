@@ -147,7 +147,7 @@ def test_prepare_loads_the_http_stack_that_construction_does_not() -> None:
         "backend = build_backend('local', concurrency=4)\n"
         "before = 'httpx' in sys.modules\n"
         "backend.prepare()\n"
-        "print(before, 'httpx' in sys.modules, 'h11' in sys.modules)\n"
+        "print(before, 'httpx' in sys.modules, 'httptools' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -101,7 +101,7 @@ RUN_AND_LIST_HTTP_MODULES = """
 import sys
 from gradetrail_lib.cli import main
 code = main(sys.argv[1:])
-print(sorted(m for m in ("httpx", "h11") if m in sys.modules))
+print(sorted(m for m in ("httpx", "httptools") if m in sys.modules))
 sys.exit(code)
 """
 
@@ -125,7 +125,7 @@ def test_a_fully_cached_run_does_not_load_the_http_stack(
     ]
     cold, warm = runs
     assert cold.returncode == 0, cold.stderr
-    assert cold.stdout.splitlines()[-1] == "['h11', 'httpx']"
+    assert cold.stdout.splitlines()[-1] == "['httptools', 'httpx']"
     assert warm.returncode == 0, warm.stderr
     assert f"Cache hits: {N}/{N}" in warm.stdout
     assert warm.stdout.splitlines()[-1] == "[]"

@@ -263,3 +263,80 @@ async def test_https_verifies_the_server_certificate(tls_files: tuple[Path, Path
         async with httpx.AsyncClient(transport=StreamTransport()) as client:
             with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
                 await post(client, url, {})
+
+
+async def test_informational_answer_is_skipped_for_the_final_one() -> None:
+    answer = b"HTTP/1.1 100 Continue\r\nx-early: 1\r\n\r\n" + reply(b'{"final": 1}', "x-late: 2")
+    async with (
+        serve(lambda _s, _i: answer) as (server, url),
+        httpx.AsyncClient(transport=StreamTransport()) as client,
+    ):
+        for _ in range(2):
+            response = await post(client, url, {})
+            assert (response.status_code, response.json()) == (200, {"final": 1})
+            assert "x-early" not in response.headers and response.headers["x-late"] == "2"
+    assert server.connections == 1
+
+
+async def test_body_delimited_by_close_is_read_whole_and_not_reused() -> None:
+    # No content-length, not chunked: the body is what comes until the server closes.
+    answer = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{"to": "eof"}'
+    listener_answers: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        listener_answers.append(await read_request(reader) or b"")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    async with listener, httpx.AsyncClient(transport=StreamTransport()) as client:
+        for _ in range(2):
+            assert (await post(client, url, {})).json() == {"to": "eof"}
+    assert len(listener_answers) == 2
+
+
+async def test_bytes_after_an_answer_retire_the_connection() -> None:
+    answer = reply(b"{}") + b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+    async with (
+        serve(lambda _s, _i: answer) as (server, url),
+        httpx.AsyncClient(transport=StreamTransport()) as client,
+    ):
+        for _ in range(3):
+            assert (await post(client, url, {})).json() == {}
+    assert server.connections == 3
+
+
+async def test_malformed_answer_is_a_protocol_error() -> None:
+    async with (
+        serve(lambda _s, _i: b"HTTP/1.1 abc\r\n\r\n") as (_, url),
+        httpx.AsyncClient(transport=StreamTransport()) as client,
+    ):
+        with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
+            await post(client, url, {})
+
+
+async def test_header_that_could_inject_is_refused_without_showing_its_value() -> None:
+    async with (
+        serve(ok()) as (server, url),
+        httpx.AsyncClient(transport=StreamTransport()) as client,
+    ):
+        secret = "sk-secret\r\nx-injected: 1"
+        with pytest.raises(httpx.LocalProtocolError) as info:
+            await client.post(f"{url}/v1/x", json={}, headers={"authorization": secret})
+        assert "sk-secret" not in str(info.value) and "authorization" in str(info.value)
+        assert server.requests == []
+
+
+async def test_request_head_carries_host_and_the_body_length() -> None:
+    async with (
+        serve(ok()) as (server, url),
+        httpx.AsyncClient(transport=StreamTransport()) as client,
+    ):
+        await post(client, url, {"a": "é"})
+    head, body = server.requests[0].split(b"\r\n\r\n", 1)
+    lines = head.lower().split(b"\r\n")
+    assert f"host: {url.split('//')[1]}".encode() in lines
+    assert f"content-length: {len(body)}".encode() in lines
+    assert json.loads(body) == {"a": "é"}

@@ -26,7 +26,7 @@ class LocalBackend:
         self.policy = policy or RetryPolicy()
 
     def prepare(self) -> None:
-        import_module("gradetrail_lib.backends.clients")  # httpx and h11: ~0.15 s
+        import_module("gradetrail_lib.backends.clients")  # httpx and httptools: ~0.15 s
 
     def session(self) -> AbstractContextManager[None]:
         return nullcontext()  # nothing outlives a run
