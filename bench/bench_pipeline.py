@@ -10,7 +10,8 @@
    all. n/C rounds that are not whole put the floor itself out of reach (n=500, C=64:
    8 rounds of L for 7.8, at best 1.024).
 2. A warm re-run and a scorer-only re-score of `warm-n` cached samples: whole-process wall
-   time over the wall time of a bare `gradetrail --version`, all measured in this run.
+   time over the wall time of a bare `gradetrail --version`, measured in turn in each of
+   `repeats` rounds (medians; each round's own ratios in brackets).
 
 The fake server runs in its own process so that it does not share this process's GIL.
 """
@@ -146,27 +147,40 @@ def _spread(values: list[float]) -> str:
     return " ".join(f"{v:.3f}" for v in values)
 
 
+NUMERIC = "{type: numeric}"
+REGEX = "{type: regex, pattern: 'Answer: {{ answer }}'}"
+
+
 def warm_ratios(n: int, workdir: Path, url: str, repeats: int = 5) -> None:
+    """Each repeat times `--version`, an identical re-run, and a re-run whose only change
+    is the scorer, one after the other, so that all three see the same machine."""
     case = workdir / "warm"
     write_addition_dataset(case / "data" / "add.jsonl", n)
-    spec = write_spec(case / "add.yaml", base_url=url)
-    cache = ["--cache", str(case / "c.duckdb")]
-    timed([*GRADETRAIL, "run", str(spec), *cache, "--concurrency", "64"], case)  # seed
-
-    version = statistics.median(timed([*GRADETRAIL, "--version"], case)[0] for _ in range(repeats))
-    warm = statistics.median(
-        timed([*GRADETRAIL, "run", str(spec), *cache], case)[0] for _ in range(repeats)
+    spec = write_spec(case / "add.yaml", base_url=url, scorer=NUMERIC)
+    run = [*GRADETRAIL, "run", str(spec), "--cache", str(case / "c.duckdb")]
+    out = timed([*run, "--concurrency", "64"], case)[1]  # seed
+    assert manifest_of(out, case)["calls"] == n
+    version, warm, rescore = [], [], []
+    for _ in range(repeats):
+        version.append(timed([*GRADETRAIL, "--version"], case)[0])
+        wall, out = timed(run, case)
+        warm.append(wall)
+        write_spec(case / "add.yaml", base_url=url, scorer=REGEX)
+        wall, out = timed(run, case)
+        rescore.append(wall)
+        assert manifest_of(out, case)["calls"] == 0  # a re-score sends nothing
+        write_spec(case / "add.yaml", base_url=url, scorer=NUMERIC)
+        timed(run, case)  # back to the first scorer, so the next warm run is a re-run
+    base = statistics.median(version)
+    print(
+        f"warm re-run of {n} cached samples / `gradetrail --version` = "
+        f"{statistics.median(warm) / base:.2f} median of {repeats} "
+        f"({_spread([w / v for w, v in zip(warm, version, strict=True)])})"
     )
-    write_spec(
-        case / "add.yaml", base_url=url, scorer="{type: regex, pattern: 'Answer: {{ answer }}'}"
-    )
-    rescore = statistics.median(
-        timed([*GRADETRAIL, "run", str(spec), *cache], case)[0] for _ in range(repeats)
-    )
-    print(f"warm re-run of {n} cached samples / `gradetrail --version` = {warm / version:.2f}")
     print(
         f"scorer-only re-score of {n} cached samples / `gradetrail --version` = "
-        f"{rescore / version:.2f}"
+        f"{statistics.median(rescore) / base:.2f} median of {repeats} "
+        f"({_spread([r / v for r, v in zip(rescore, version, strict=True)])})"
     )
 
 
@@ -175,7 +189,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--warm-n", type=int, default=10_000)
-    parser.add_argument("--repeats", type=int, default=5, help="cold runs per concurrency")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="cold runs per concurrency, and warm rounds"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -192,7 +208,7 @@ def main() -> None:
             else (None, "")
         )
         try:
-            warm_ratios(args.warm_n, workdir, url)
+            warm_ratios(args.warm_n, workdir, url, args.repeats)
         finally:
             server.terminate()
             server.wait()
