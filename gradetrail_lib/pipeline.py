@@ -97,6 +97,23 @@ class Responses:
     execution: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CacheLookup:
+    """The cached responses of a plan's keys, and how long finding them took."""
+
+    responses: dict[str, ModelResponse]
+    wall_s: float
+
+    def complete(self, plan: EvalPlan) -> bool:
+        return len(self.responses) == len(plan.request_keys())
+
+
+def look_up(plan: EvalPlan, cache: ResponseCache) -> CacheLookup:
+    started = time.perf_counter()
+    responses = cache.lookup(plan.request_keys())
+    return CacheLookup(responses, time.perf_counter() - started)
+
+
 @contextmanager
 def _live_requests(plan: EvalPlan, requests: list[ModelRequest]) -> Iterator[list[ModelRequest]]:
     """Requests bound to a reachable endpoint: a local model's server runs meanwhile."""
@@ -116,14 +133,14 @@ def fetch_responses(
     backend: Backend,
     *,
     read_cache: bool = True,
-    cached: dict[str, ModelResponse] | None = None,
+    looked_up: CacheLookup | None = None,
     progress: Progress | None = None,
 ) -> Responses:
     """Look every key up; call the provider for the misses only, caching each on arrival.
 
-    `cached` is what `cache.lookup` gave for the plan's keys when the caller looked them
-    up already (to know before this step whether anything is to be sent)."""
-    started = time.perf_counter()
+    `looked_up` is the plan's `look_up` when the caller made it already (to know before
+    this step whether anything is to be sent); its time counts as this step's."""
+    started = time.perf_counter() - (looked_up.wall_s if looked_up else 0.0)
     if plan.model.provider == "local":
         # llama.cpp's server answers one request at a time; more would only queue there
         # and make the measured latencies lie.
@@ -133,7 +150,8 @@ def fetch_responses(
     for item in plan.items:
         unique.setdefault(item.request.key, item.request)
     if cache is not None and read_cache:
-        result.responses = dict(cached) if cached is not None else cache.lookup(list(unique))
+        found = looked_up or look_up(plan, cache)
+        result.responses = dict(found.responses)
         result.cache_hits = set(result.responses)
     missing = [r for k, r in unique.items() if k not in result.responses]
     total = len(unique)

@@ -7,8 +7,11 @@ from pathlib import Path
 import duckdb
 
 from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.pipeline import look_up, plan
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.request import Endpoint, ModelRequest
+from gradetrail_lib.spec import load_spec
+from tests.conftest import write_spec
 
 ENDPOINT = Endpoint("openai_compatible", "fake-1", "http://127.0.0.1:1/v1", None)
 
@@ -141,3 +144,26 @@ def test_writer_threads_and_lookups_share_the_file(tmp_path: Path) -> None:
         reader.join()
     assert errors == []
     assert cache.count() == 200
+
+
+def test_look_up_of_a_plan_is_complete_only_when_every_distinct_key_is_cached(
+    tmp_path: Path,
+) -> None:
+    # Four samples, two of which render alike: three distinct requests.
+    data = tmp_path / "data" / "add.jsonl"
+    data.parent.mkdir()
+    data.write_text(
+        "".join(f'{{"id": "{i}", "q": "{q}", "answer": 1}}\n' for i, q in enumerate("abca"))
+    )
+    write_spec(tmp_path / "x.yaml", base_url="http://127.0.0.1:1/v1", prompt="{{ q }}")
+    loaded = load_spec(tmp_path / "x.yaml")
+    eval_plan = plan(loaded, loaded.spec.models[0])
+    keys = eval_plan.request_keys()
+    assert len(keys) == 3
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    assert not look_up(eval_plan, cache).complete(eval_plan)
+    cache.put_many([item(keys[0]), item(keys[1])])
+    partial = look_up(eval_plan, cache)
+    assert set(partial.responses) == {keys[0], keys[1]} and not partial.complete(eval_plan)
+    cache.put_many([item(keys[2]), item(keys[0])])  # a second row of a key changes nothing
+    assert look_up(eval_plan, cache).complete(eval_plan)

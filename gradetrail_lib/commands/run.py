@@ -10,7 +10,7 @@ from pathlib import Path
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.pipeline import fetch_responses, plan
+from gradetrail_lib.pipeline import fetch_responses, look_up, plan
 from gradetrail_lib.run import complete_run
 from gradetrail_lib.spec import load_spec
 from gradetrail_lib.summary import format_summary
@@ -76,12 +76,12 @@ def run_command(args: argparse.Namespace) -> int:
     plans = [plan(loaded, m) for m in models]  # every input error is found before any call
     backend = make_backend(args)
     cache = ResponseCache(args.cache or default_cache_path())
-    cached = [{} if args.no_cache else cache.lookup(p.request_keys()) for p in plans]
-    if any(len(hits) < len(p.request_keys()) for p, hits in zip(plans, cached, strict=True)):
+    found = [None if args.no_cache else look_up(p, cache) for p in plans]
+    if any(f is None or not f.complete(p) for p, f in zip(plans, found, strict=True)):
         backend.prepare()
     any_scored = False
     with backend.session():  # one Ray cluster for all the models, not one each
-        for eval_plan, hits in zip(plans, cached, strict=True):
+        for eval_plan, looked_up in zip(plans, found, strict=True):
             started_at, started = datetime.now(UTC), time.perf_counter()
             label = f"{spec.name}/{eval_plan.model.name}"
             progress = ProgressBar(label)
@@ -90,7 +90,7 @@ def run_command(args: argparse.Namespace) -> int:
                 cache,
                 backend,
                 read_cache=not args.no_cache,
-                cached=hits,
+                looked_up=looked_up,
                 progress=progress,
             )
             done = complete_run(eval_plan, responses, args.results, started_at=started_at)
