@@ -59,11 +59,8 @@ _COLUMNS: list[Column] = [
 
 
 # Files written before the log format keyed the table with a PRIMARY KEY constraint.
-_HAS_KEY_CONSTRAINT = """
-SELECT count(*) FROM duckdb_constraints()
-WHERE database_name = current_database() AND schema_name = current_schema()
-  AND table_name = 'responses' AND constraint_type = 'PRIMARY KEY'
-"""
+# (pragma_table_info answers in ~1 ms; duckdb_constraints() took ~10 ms in a new process.)
+_HAS_KEY_CONSTRAINT = "SELECT bool_or(pk) FROM pragma_table_info('responses')"
 
 QUIET_S = 0.005
 MAX_DELAY_S = 0.1

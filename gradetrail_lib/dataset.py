@@ -9,7 +9,8 @@ from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import sha256_hex
 
 
-@dataclass(frozen=True)
+# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+@dataclass
 class Sample:
     id: str
     fields: dict[str, Any]

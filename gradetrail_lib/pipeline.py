@@ -30,7 +30,8 @@ FailureMode = Literal["wrong_answer", "truncated", "provider_error", "scorer_err
 Progress = Callable[[int, int], None]
 
 
-@dataclass(frozen=True)
+# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+@dataclass
 class PlannedSample:
     sample: Sample
     request: ModelRequest
@@ -178,7 +179,10 @@ def fetch_responses(
     return result
 
 
-@dataclass(frozen=True)
+# Not frozen, though nothing assigns to it after construction: a run builds one per
+# sample, and a frozen dataclass's __init__ (object.__setattr__ per field) cost ~3 us
+# for 12 fields here against ~0.5 us: ~0.1 s of a warm 10,000-sample run over all such types.
+@dataclass
 class ResultRow:
     id: str
     request_key: str

@@ -9,7 +9,8 @@ from gradetrail_lib.pipeline import ResultRow
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
 
 
-@dataclass(frozen=True)
+# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+@dataclass
 class SampleRecord:
     id: str
     # Position among runs of the same sample; 0 until specs can repeat samples.

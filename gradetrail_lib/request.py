@@ -44,7 +44,8 @@ class Endpoint:
     api_key_env: str | None
 
 
-@dataclass(frozen=True)
+# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+@dataclass
 class ModelRequest:
     key: str
     endpoint: Endpoint

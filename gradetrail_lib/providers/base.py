@@ -11,7 +11,8 @@ FailureKind = Literal["fatal", "transient"]
 FATAL_STATUSES = frozenset({400, 401, 403, 404, 405, 413, 422})
 
 
-@dataclass(frozen=True)
+# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+@dataclass
 class ModelResponse:
     text: str
     served_model: str | None

@@ -7,7 +7,8 @@ from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
 
 
-@dataclass(frozen=True)
+# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+@dataclass
 class Score:
     value: float
     reason: str

@@ -47,7 +47,8 @@ def literal_text(source: str) -> str | None:
     return "".join(out)
 
 
-@dataclass(frozen=True)
+# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+@dataclass
 class CompiledPattern:
     """A rendered pattern, matched by `re` or, when it is a plain literal, as text."""
 
