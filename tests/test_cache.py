@@ -6,7 +6,7 @@ from pathlib import Path
 
 import duckdb
 
-from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.cache import CacheWriter, ResponseCache
 from gradetrail_lib.pipeline import look_up, plan
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.request import Endpoint, ModelRequest
@@ -112,6 +112,26 @@ def test_a_steady_stream_is_written_at_least_every_max_delay(tmp_path: Path) -> 
     assert writer.written == i
     assert writer.transactions >= 3
     assert seen_while_running[0] > 0  # written during the stream, not only at the end
+
+
+def test_the_writer_takes_a_stream_per_pause_not_per_response(tmp_path: Path) -> None:
+    # Each wake-up of the writer thread costs the sending thread a GIL hand-over: it
+    # sleeps through arrivals and takes what came, not one response at a time.
+    class CountingWriter(CacheWriter):
+        wakeups = 0
+
+        def _drain(self) -> list[object]:
+            CountingWriter.wakeups += 1
+            return super()._drain()
+
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    writer = CountingWriter(cache)
+    for i in range(100):
+        writer.put(*item(f"k{i}"))
+        time.sleep(0.0005)
+    writer.close()
+    assert writer.written == 100 and cache.count() == 100
+    assert CountingWriter.wakeups < 40
 
 
 def test_close_writes_what_is_queued_without_waiting_for_a_pause(tmp_path: Path) -> None:
