@@ -169,7 +169,7 @@ class _Connection:
                     ) from exc
                 answer.trailing = True  # garbage after a whole answer
         self._reusable = not at_close and not answer.trailing and answer.keep_alive
-        return httpx.Response(
+        response = httpx.Response(
             answer.status,
             headers=answer.headers,
             # Raw bytes: httpx decodes any content-encoding when the body is read.
@@ -177,6 +177,8 @@ class _Connection:
             extensions={"http_version": b"HTTP/" + answer.http_version.encode()},
             request=request,
         )
+        response.read()  # in memory already: a plain read, not aread's async generators
+        return response
 
     def close(self) -> None:
         self._writer.close()

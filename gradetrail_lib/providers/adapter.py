@@ -16,15 +16,24 @@ def _parsed_url(url: str) -> httpx.URL:
 
 
 def json_post(url: str, headers: dict[str, str], body: dict[str, Any]) -> httpx.Request:
-    """A POST with a JSON body, built for the hot path: parsing the same endpoint URL for
-    every request and httpx's own `json=` encoding cost 35 of the 48 us a request took to
-    build here. The body is encoded as httpx would (compact, UTF-8, no NaN)."""
+    """A POST with a JSON body, built for the hot path. The body is encoded as httpx's
+    `json=` would (compact, UTF-8, no NaN), and the request carries the headers httpx
+    would add (Host, Content-Length) with the body as a ready stream: httpx's own
+    `content=` path (encoding, then preparing headers) cost 22 of the 25 us it took to
+    build a request here. Like any streamed request, it is read (`aread`) to be sent."""
     content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    data = content.encode("utf-8")
+    parsed = _parsed_url(url)
     return httpx.Request(
         "POST",
-        _parsed_url(url),
-        headers={**headers, "content-type": "application/json"},
-        content=content.encode("utf-8"),
+        parsed,
+        headers=[
+            ("Host", parsed.netloc.decode("ascii")),
+            ("Content-Length", str(len(data))),
+            *headers.items(),
+            ("content-type", "application/json"),
+        ],
+        stream=httpx.ByteStream(data),
     )
 
 
