@@ -57,10 +57,14 @@ def reply(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
 
 @asynccontextmanager
 async def serve(
-    answer: Callable[[Server, int], bytes | None], ssl_context: ssl.SSLContext | None = None
+    answer: Callable[[Server, int], bytes | None],
+    ssl_context: ssl.SSLContext | None = None,
+    *,
+    close_after_answer: bool = False,
 ) -> AsyncIterator[tuple[Server, str]]:
     """A server answering each request with `answer(server, request_index)`; None closes
-    the connection without answering."""
+    the connection without answering. It closes after an answer that says so
+    ("connection: close"), or after every answer with `close_after_answer`."""
     server = Server()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -73,7 +77,7 @@ async def serve(
                     break
                 writer.write(data)
                 await writer.drain()
-                if b"connection: close" in data.lower():
+                if close_after_answer or b"connection: close" in data.lower():
                     break
         finally:
             writer.close()
@@ -166,23 +170,14 @@ async def test_connection_close_answer_is_not_reused() -> None:
 async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
     # The server answers and then closes every connection (no "connection: close"
     # header): the client notices the closed idle connection and opens another.
-    closing = Server()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        closing.connections += 1
-        request = await read_request(reader)
-        assert request is not None
-        writer.write(reply(b"{}"))
-        await writer.drain()
-        writer.close()
-
-    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
-    async with listener, httpx.AsyncClient(transport=StreamTransport()) as client:
+    async with (
+        serve(ok(b"{}"), close_after_answer=True) as (server, url),
+        httpx.AsyncClient(transport=StreamTransport()) as client,
+    ):
         for _ in range(3):
             assert (await post(client, url, {})).status_code == 200
             await asyncio.sleep(0.05)  # the close reaches the client while it is idle
-    assert closing.connections == 3
+    assert server.connections == 3
 
 
 async def test_server_hanging_up_without_an_answer_is_a_protocol_error() -> None:
@@ -281,20 +276,13 @@ async def test_informational_answer_is_skipped_for_the_final_one() -> None:
 async def test_body_delimited_by_close_is_read_whole_and_not_reused() -> None:
     # No content-length, not chunked: the body is what comes until the server closes.
     answer = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{"to": "eof"}'
-    listener_answers: list[bytes] = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        listener_answers.append(await read_request(reader) or b"")
-        writer.write(answer)
-        await writer.drain()
-        writer.close()
-
-    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
-    async with listener, httpx.AsyncClient(transport=StreamTransport()) as client:
+    async with (
+        serve(lambda _s, _i: answer, close_after_answer=True) as (server, url),
+        httpx.AsyncClient(transport=StreamTransport()) as client,
+    ):
         for _ in range(2):
             assert (await post(client, url, {})).json() == {"to": "eof"}
-    assert len(listener_answers) == 2
+    assert server.connections == 2
 
 
 async def test_bytes_after_an_answer_retire_the_connection() -> None:
