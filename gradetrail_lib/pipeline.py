@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from gradetrail_lib.backends.base import Backend
@@ -51,9 +52,16 @@ class EvalPlan:
     def dataset_label(self) -> str:
         return self.loaded.spec.dataset.path
 
+    @cached_property
+    def unique_requests(self) -> dict[str, ModelRequest]:
+        """Each request once, by key (samples that render alike share one request)."""
+        unique: dict[str, ModelRequest] = {}
+        for item in self.items:
+            unique.setdefault(item.request.key, item.request)
+        return unique
+
     def request_keys(self) -> list[str]:
-        """Each request key once (samples that render alike share one request)."""
-        return list(dict.fromkeys(item.request.key for item in self.items))
+        return list(self.unique_requests)
 
 
 def load_spec_dataset(loaded: LoadedSpec) -> Dataset:
@@ -106,7 +114,7 @@ class CacheLookup:
     wall_s: float
 
     def complete(self, plan: EvalPlan) -> bool:
-        return len(self.responses) == len(plan.request_keys())
+        return len(self.responses) == len(plan.unique_requests)
 
 
 def look_up(plan: EvalPlan, cache: ResponseCache) -> CacheLookup:
@@ -147,9 +155,7 @@ def fetch_responses(
         # and make the measured latencies lie.
         backend = backend.limited(1)
     result = Responses(execution=backend.describe())  # as it ran, limits applied
-    unique: dict[str, ModelRequest] = {}
-    for item in plan.items:
-        unique.setdefault(item.request.key, item.request)
+    unique = plan.unique_requests
     if cache is not None and read_cache:
         found = looked_up or look_up(plan, cache)
         result.responses = dict(found.responses)
