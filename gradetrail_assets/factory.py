@@ -67,7 +67,7 @@ class SpecGraph:
 
 
 def _plan_for(loaded: LoadedSpec, model_name: str) -> EvalPlan:
-    return plan(loaded, loaded.spec.model(model_name))
+    return plan(loaded, loaded.spec.model_named(model_name))
 
 
 def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:

@@ -1,6 +1,29 @@
 """gradetrail engine: specs, request keys, providers, cache, scorers and run directories.
 
 This package never imports Dagster; `gradetrail_assets` builds the asset graph on top of it.
+The public API: `run_spec` (what `gradetrail run` does) and `load_run` (a run directory's
+manifest and its trace records, see `gradetrail_lib.trace`).
 """
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+__all__ = ["load_run", "run_spec"]
+
+if TYPE_CHECKING:
+    from gradetrail_lib.run import run_spec
+    from gradetrail_lib.runs import load_run
+
+
+def __getattr__(name: str) -> Any:
+    # Lazily: `gradetrail --version` and every submodule import this package first.
+    if name == "run_spec":
+        from gradetrail_lib.run import run_spec
+
+        return run_spec
+    if name == "load_run":
+        from gradetrail_lib.runs import load_run
+
+        return load_run
+    raise AttributeError(f"module 'gradetrail_lib' has no attribute {name!r}")

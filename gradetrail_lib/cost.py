@@ -4,22 +4,24 @@ Every answered call is priced at the chosen pricing version, including cache hit
 (their tokens were paid for once; this is what the eval costs to reproduce). A model
 without a price, or a call without token counts, makes the total unknown rather than
 a partial sum that would understate it; both are listed so the reader sees why.
-Calls that failed at the provider have no usage and are not billed.
+Calls that failed at the provider have no usage and are not billed. A judge's calls are
+a line of their own (role `judge`), apart from the model under test.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gradetrail_lib.pricing import PriceList, format_usd
-from gradetrail_lib.records import RowLike, records
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.trace import Manifest, Role, TraceRecord
 
 
 @dataclass
 class ModelCost:
     provider: str
     model: str
+    role: Role = "target"
     samples: int = 0
     calls: int = 0  # answered calls
     scored: int = 0
@@ -32,7 +34,8 @@ class ModelCost:
 
     @property
     def name(self) -> str:
-        return f"{self.provider}/{self.model}"
+        suffix = " (judge)" if self.role == "judge" else ""
+        return f"{self.provider}/{self.model}{suffix}"
 
     @property
     def cost_usd(self) -> float | None:
@@ -46,6 +49,7 @@ class ModelCost:
         return {
             "provider": self.provider,
             "model": self.model,
+            "role": self.role,
             "samples": self.samples,
             "calls": self.calls,
             "scored": self.scored,
@@ -86,35 +90,48 @@ class CostReport:
 
 
 def reprice(
-    runs: Sequence[tuple[Mapping[str, Any], Sequence[RowLike]]],
+    runs: Sequence[tuple[Manifest, Iterable[TraceRecord]]],
     prices: PriceList,
     *,
     threshold: float = DEFAULT_THRESHOLD,
 ) -> CostReport:
-    """Cost per (provider, requested model) over (manifest, rows) pairs. Pricing is by
-    the requested model, as at run time: a provider's dated alias bills as its name."""
+    """Cost per (provider, model, role) over (manifest, records) pairs. Pricing is by the
+    requested model, as at run time: a provider's dated alias bills as its name. Scored
+    and passed counts are the primary scorer's."""
     report = CostReport(prices.version, prices.effective_date)
-    by_model: dict[tuple[str, str], ModelCost] = {}
-    for manifest, rows in runs:
-        model = manifest.get("model") or {}
-        provider, name = str(model.get("provider", "?")), str(model.get("requested", "?"))
-        entry = by_model.setdefault((provider, name), ModelCost(provider, name))
-        entry.priced = prices.price(provider, name) is not None
-        for r in records(rows):
-            entry.samples += 1
-            entry.scored += r.scored
-            entry.passed += r.passes(threshold)
-            if not r.answered:
-                continue
-            entry.calls += 1
-            entry.input_tokens += r.input_tokens or 0
-            entry.output_tokens += r.output_tokens or 0
-            cost = prices.cost(provider, name, r.input_tokens, r.output_tokens)
-            if cost is not None:
-                entry.known_usd += cost
-            elif r.input_tokens is None or r.output_tokens is None:
-                entry.missing_usage += 1
-    report.models = sorted(by_model.values(), key=lambda m: m.name)
+    by_model: dict[tuple[str, str, str], ModelCost] = {}
+
+    def entry(provider: str, name: str, role: Role) -> ModelCost:
+        found = by_model.get((provider, name, role))
+        if found is None:
+            found = by_model[(provider, name, role)] = ModelCost(provider, name, role)
+            found.priced = provider == "scripted" or prices.price(provider, name) is not None
+        return found
+
+    for manifest, records in runs:
+        target = entry(manifest.model.provider, manifest.model.requested, "target")
+        primary = manifest.primary_scorer
+        for record in records:
+            target.samples += 1
+            target.scored += record.scored(primary)
+            target.passed += record.passes(primary, threshold)
+            for call in record.calls:
+                if call.role == "target":
+                    billed = target
+                else:
+                    billed = entry(call.provider, call.model, call.role)
+                    billed.samples += 1
+                if call.error is not None:
+                    continue
+                billed.calls += 1
+                billed.input_tokens += call.input_tokens or 0
+                billed.output_tokens += call.output_tokens or 0
+                cost = prices.cost(call.provider, call.model, call.input_tokens, call.output_tokens)
+                if cost is not None:
+                    billed.known_usd += cost
+                elif call.input_tokens is None or call.output_tokens is None:
+                    billed.missing_usage += 1
+    report.models = sorted(by_model.values(), key=lambda m: (m.role != "target", m.name))
     return report
 
 
@@ -133,7 +150,12 @@ def format_cost(report: CostReport) -> str:
         )
     lines.append(f"Total: {usd(report.total_usd)}")
     for m in report.models:
-        lines.append(f"  {m.name}: {m.scored} scored, {m.passed} passed of {m.samples} samples")
+        if m.role == "target":
+            lines.append(
+                f"  {m.name}: {m.scored} scored, {m.passed} passed of {m.samples} samples"
+            )
+        else:
+            lines.append(f"  {m.name}: {m.calls} judge calls for {m.samples} samples")
     if report.unknown_prices:
         lines.append(
             f"Unknown price in pricing {report.pricing_version}: "

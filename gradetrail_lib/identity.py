@@ -5,15 +5,19 @@ the spec (as validated data, so comments and key order do not matter), the datas
 bytes and every file a scorer or judge reads.
 """
 
+import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gradetrail_lib.hashing import hash_json, sha256_hex
+from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.request import key_base_url, request_params
-from gradetrail_lib.spec import JsonSchemaScorer, LoadedSpec, ModelConfig, spec_document_fields
+from gradetrail_lib.scorers.registry import ScorerConfig
+from gradetrail_lib.spec import LoadedSpec, ModelConfig, spec_document_fields
 
 if TYPE_CHECKING:  # pipeline imports this module's neighbours; avoid a cycle at run time
-    from gradetrail_lib.pipeline import Responses, ResultRow
+    from gradetrail_lib.pipeline import Responses
+    from gradetrail_lib.trace import TraceRecord
 
 
 def spec_hash(loaded: LoadedSpec) -> str:
@@ -21,21 +25,40 @@ def spec_hash(loaded: LoadedSpec) -> str:
 
 
 def scorer_files(loaded: LoadedSpec) -> dict[str, Path]:
-    """Files the scorer reads, by the name the spec gives them."""
-    scorer = loaded.spec.scorer
-    if isinstance(scorer, JsonSchemaScorer) and scorer.schema_path is not None:
-        return {scorer.schema_path: loaded.resolve(scorer.schema_path)}
-    return {}
+    """Files the scorers read (schemas, Python sources, judge prompts), by the name the
+    spec gives them."""
+    files: dict[str, Path] = {}
+    for config in loaded.spec.scorers:
+        files.update(config.files(loaded.base_dir))
+    return files
+
+
+def judge_files(loaded: LoadedSpec) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for config in loaded.spec.scorers:
+        if getattr(config, "type", None) == "judge":
+            files.update(config.files(loaded.base_dir))
+    return files
 
 
 def file_hashes(files: dict[str, Path]) -> dict[str, str]:
     return {name: sha256_hex(path.read_bytes()) for name, path in sorted(files.items())}
 
 
+def one_scorer_hash(config: ScorerConfig, base_dir: Path) -> str:
+    """One scorer's config and the files it reads: equal hashes score alike."""
+    dumped = config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return hash_json({"scorer": dumped, "files": file_hashes(config.files(base_dir))})
+
+
+def scorer_hashes(loaded: LoadedSpec) -> dict[str, str]:
+    return {c.name: one_scorer_hash(c, loaded.base_dir) for c in loaded.spec.scorers}
+
+
 def scorer_hash(loaded: LoadedSpec) -> str:
-    """Covers the scorer config and the files it reads (the scores asset's code version)."""
-    config = loaded.spec.scorer.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return hash_json({"scorer": config, "files": file_hashes(scorer_files(loaded))})
+    """Covers every scorer, in order (the scores asset's code version): a config, a judge
+    prompt, a judge model or a Python scorer's source changes it."""
+    return hash_json(list(scorer_hashes(loaded).items()))
 
 
 def requests_hash(loaded: LoadedSpec, model: ModelConfig) -> str:
@@ -80,6 +103,11 @@ def responses_fingerprint(responses: "Responses") -> str:
     )
 
 
-def rows_fingerprint(rows: "list[ResultRow]") -> str:
-    """A content hash of scored rows (the scores step's data version)."""
-    return hash_json([(r.id, r.request_key, r.score, r.reason, r.outcome) for r in rows])
+def records_fingerprint(records: "Iterable[TraceRecord]") -> str:
+    """A content hash of scored records (the scores step's data version)."""
+    digest = hashlib.sha256()
+    for r in records:
+        scores = sorted((k, v.score, v.reason, v.error) for k, v in r.scores.items())
+        keys = [c.request_key for c in r.calls]
+        digest.update(canonical_json([r.id, r.repeat, keys, scores, r.outcome]).encode())
+    return digest.hexdigest()

@@ -29,6 +29,8 @@ class PriceList:
         self, provider: str, model: str, input_tokens: int | None, output_tokens: int | None
     ) -> float | None:
         """Dollars for one call, or None when the price or the token counts are unknown."""
+        if provider == "scripted":  # answered in-process: nothing to pay
+            return 0.0
         price = self.price(provider, model)
         if price is None or input_tokens is None or output_tokens is None:
             return None

@@ -1,91 +1,246 @@
-"""One shape for a sample's result, whether it is a ResultRow in memory or a JSON row
-read back from results.jsonl, so every statistic works on both."""
+"""Building the trace records of a run: each sample's record starts when its target
+response is known, its scorers' model calls (a judge's) are submitted then, and its
+scores are filled in when every call is back.
 
-from collections.abc import Mapping, Sequence
+`Scoring` is used the same way by `gradetrail run` (fed by the responses step as answers
+arrive, so judging overlaps with sending) and by the Dagster scores asset (fed the
+responses asset's output at once)."""
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-from gradetrail_lib.pipeline import ResultRow
-from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.pipeline import EvalPlan, PlannedSample, Responses
+from gradetrail_lib.pricing import PriceList, load_prices
+from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.scorer_calls import CallResults, CallStage
+from gradetrail_lib.scorers import Score, ScoreFailed, ScoreInput
+from gradetrail_lib.trace import (
+    SCHEMA_VERSION,
+    FailureMode,
+    ModelCall,
+    Outcome,
+    ScoreEntry,
+    TraceRecord,
+)
+
+_PENDING = ScoreEntry(None, "pending")
 
 
-# Not frozen, for speed: one per sample (see pipeline.ResultRow).
-@dataclass
-class SampleRecord:
-    id: str
-    # Position among runs of the same sample; 0 until specs can repeat samples.
-    repeat: int
-    score: float | None
-    outcome: str
-    failure_mode: str | None
-    stop_reason: str | None
-    input_tokens: int | None
-    output_tokens: int | None
-    latency_s: float | None
-    cost_usd: float | None
-    answered: bool
-    cache_hit: bool
-
-    @property
-    def scored(self) -> bool:
-        return self.outcome == "scored" and self.score is not None
-
-    def passes(self, threshold: float = DEFAULT_THRESHOLD) -> bool:
-        """Unscored samples (provider or scorer error) never pass: no answer is not a
-        right answer, and dropping them would flatter a model that errors on hard cases."""
-        return self.scored and self.score is not None and self.score >= threshold
-
-    @property
-    def value(self) -> float:
-        """The score used where every sample needs a number (paired differences):
-        an unscored sample counts as 0, consistently with `passes`."""
-        return self.score if self.scored and self.score is not None else 0.0
-
-    @property
-    def truncated(self) -> bool:
-        return self.failure_mode == "truncated" or self.stop_reason == "max_tokens"
+@dataclass(frozen=True)
+class ScoredRun:
+    records: list[TraceRecord]
+    # The scorers' own model calls (empty when no scorer makes any).
+    calls: CallResults
 
 
-RowLike = ResultRow | SampleRecord | Mapping[str, Any]
+class Scoring:
+    """Records of one plan; `on_response` may be called from the sending thread."""
 
+    def __init__(
+        self,
+        plan: EvalPlan,
+        cache: ResponseCache | None,
+        backend: Backend,
+        *,
+        read_cache: bool = True,
+        prices: PriceList | None = None,
+    ) -> None:
+        self.plan = plan
+        self.prices = prices or load_prices()
+        self._records: list[TraceRecord | None] = [None] * len(plan.items)
+        # Per item, per scorer: the requests it named when its response came.
+        self._requests: dict[int, list[list[ModelRequest]]] = {}
+        self._callers = [i for i, s in enumerate(plan.scorers) if s.makes_calls]
+        self._stage = CallStage(cache, backend, read_cache=read_cache) if self._callers else None
+        self._lock = threading.Lock()
 
-def record(row: RowLike) -> SampleRecord:
-    if isinstance(row, SampleRecord):
-        return row
-    if isinstance(row, ResultRow):
-        return SampleRecord(
-            id=row.id,
-            repeat=0,
-            score=row.score,
-            outcome=row.outcome,
-            failure_mode=row.failure_mode,
-            stop_reason=row.stop_reason,
-            input_tokens=row.input_tokens,
-            output_tokens=row.output_tokens,
-            latency_s=row.latency_s,
-            cost_usd=row.cost_usd,
-            answered=row.response is not None,
-            cache_hit=row.cache_hit,
+    def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None:
+        plan = self.plan
+        for position in plan.items_by_key.get(key, ()):
+            if self._records[position] is not None:
+                continue
+            item = plan.items[position]
+            record = self._start_record(item, response, cache_hit)
+            self._records[position] = record
+            if self._stage is None:
+                continue
+            scoring = ScoreInput(item.sample, response.text, record)
+            named = [[] if not s.makes_calls else s.requests(scoring) for s in plan.scorers]
+            self._requests[position] = named
+            self._stage.submit([r for requests in named for r in requests])
+
+    def feed(self, responses: Responses) -> None:
+        """Every response of the step not seen yet (all of them, in Dagster)."""
+        for key, response in responses.responses.items():
+            self.on_response(key, response, key in responses.cache_hits)
+
+    def finish(self, responses: Responses) -> ScoredRun:
+        self.feed(responses)
+        calls = self._stage.close() if self._stage is not None else CallResults()
+        records: list[TraceRecord] = []
+        pending: list[tuple[TraceRecord, str, Awaitable[Score]]] = []
+        for position, item in enumerate(self.plan.items):
+            record = self._records[position]
+            if record is None:
+                records.append(self._unanswered(item, responses))
+                continue
+            pending.extend(self._score(position, item, record, calls))
+            records.append(record)
+        if pending:
+            asyncio.run(_await_scores(pending))
+        for record in records:
+            if record.response is not None:
+                _settle(record, self.plan.primary_scorer)
+        return ScoredRun(records, calls)
+
+    # -- one record
+
+    def _target_call(
+        self, request: ModelRequest, response: ModelResponse | None, cache_hit: bool
+    ) -> ModelCall:
+        model = self.plan.model
+        return ModelCall(
+            role="target",
+            request_key=request.key,
+            provider=model.provider,
+            model=model.name,
+            served_model=response.served_model if response else None,
+            input_tokens=response.input_tokens if response else None,
+            output_tokens=response.output_tokens if response else None,
+            latency_s=response.latency_s if response else None,
+            cost_usd=self.prices.cost(
+                model.provider, model.name, response.input_tokens, response.output_tokens
+            )
+            if response
+            else None,
+            cache_hit=cache_hit,
+            stop_reason=response.stop_reason if response else None,
         )
-    usage = row.get("usage") or {}
-    score = row.get("score")
-    latency = row.get("latency_s")
-    cost = row.get("cost_usd")
-    return SampleRecord(
-        id=str(row["id"]),
-        repeat=int(row.get("repeat") or 0),
-        score=None if score is None else float(score),
-        outcome=str(row["outcome"]),
-        failure_mode=row.get("failure_mode"),
-        stop_reason=row.get("stop_reason"),
-        input_tokens=usage.get("input_tokens", row.get("input_tokens")),
-        output_tokens=usage.get("output_tokens", row.get("output_tokens")),
-        latency_s=None if latency is None else float(latency),
-        cost_usd=None if cost is None else float(cost),
-        answered=row.get("response") is not None,
-        cache_hit=bool(row.get("cache_hit")),
-    )
+
+    def _start_record(
+        self, item: PlannedSample, response: ModelResponse, cache_hit: bool
+    ) -> TraceRecord:
+        return TraceRecord(
+            schema_version=SCHEMA_VERSION,
+            id=item.sample.id,
+            repeat=0,
+            messages=item.request.messages,  # type: ignore[arg-type]
+            calls=[self._target_call(item.request, response, cache_hit)],
+            response=response.text,
+            stop_reason=response.stop_reason,
+            scores={},
+            outcome="scored",
+            failure_mode=None,
+        )
+
+    def _unanswered(self, item: PlannedSample, responses: Responses) -> TraceRecord:
+        error = responses.errors.get(item.request.key)
+        reason = error.message if error else "no response (run interrupted)"
+        call = self._target_call(item.request, None, False)
+        call.error = reason
+        return TraceRecord(
+            schema_version=SCHEMA_VERSION,
+            id=item.sample.id,
+            repeat=0,
+            messages=item.request.messages,  # type: ignore[arg-type]
+            calls=[call],
+            response=None,
+            stop_reason=None,
+            scores={s.name: ScoreEntry(None, reason) for s in self.plan.scorers},
+            outcome="provider_error",
+            failure_mode="provider_error",
+        )
+
+    def _score(
+        self, position: int, item: PlannedSample, record: TraceRecord, calls: CallResults
+    ) -> list[tuple[TraceRecord, str, Awaitable[Score]]]:
+        assert record.response is not None
+        scoring = ScoreInput(item.sample, record.response, record)
+        named = self._requests.get(position)
+        pending = []
+        for index, scorer in enumerate(self.plan.scorers):
+            requests = named[index] if named is not None else []
+            outcomes = [calls.outcome(r.key) for r in requests]
+            for request, outcome in zip(requests, outcomes, strict=True):
+                record.calls.append(self._scorer_call(scorer.name, request, outcome, calls))
+            try:
+                result = scorer.score(scoring, outcomes)
+                if inspect.isawaitable(result):
+                    record.scores[scorer.name] = _PENDING
+                    pending.append((record, scorer.name, result))
+                    continue
+                record.scores[scorer.name] = ScoreEntry(result.value, result.reason)
+            except Exception as exc:  # one bad (sample, scorer) must not stop the run
+                record.scores[scorer.name] = _failed(exc)
+        return pending
+
+    def _scorer_call(
+        self,
+        scorer: str,
+        request: ModelRequest,
+        outcome: ModelResponse | ProviderError | None,
+        calls: CallResults,
+    ) -> ModelCall:
+        endpoint = request.endpoint
+        response = outcome if isinstance(outcome, ModelResponse) else None
+        error = None
+        if isinstance(outcome, ProviderError):
+            error = outcome.message
+        elif outcome is None:
+            error = "no response (run interrupted)"
+        return ModelCall(
+            role="judge",
+            request_key=request.key,
+            provider=endpoint.provider,
+            model=endpoint.model,
+            served_model=response.served_model if response else None,
+            input_tokens=response.input_tokens if response else None,
+            output_tokens=response.output_tokens if response else None,
+            latency_s=response.latency_s if response else None,
+            cost_usd=self.prices.cost(
+                endpoint.provider, endpoint.model, response.input_tokens, response.output_tokens
+            )
+            if response
+            else None,
+            cache_hit=request.key in calls.cache_hits,
+            stop_reason=response.stop_reason if response else None,
+            scorer=scorer,
+            text=response.text if response else None,
+            error=error,
+        )
 
 
-def records(rows: Sequence[RowLike]) -> list[SampleRecord]:
-    return [record(r) for r in rows]
+def _failed(exc: BaseException) -> ScoreEntry:
+    if isinstance(exc, ScoreFailed):
+        return ScoreEntry(None, exc.reason, exc.kind)
+    return ScoreEntry(None, f"scorer raised {type(exc).__name__}: {exc}", "scorer_error")
+
+
+async def _await_scores(pending: list[tuple[TraceRecord, str, Awaitable[Score]]]) -> None:
+    async def one(record: TraceRecord, name: str, awaitable: Awaitable[Any]) -> None:
+        try:
+            result = await awaitable
+            record.scores[name] = ScoreEntry(result.value, result.reason)
+        except Exception as exc:
+            record.scores[name] = _failed(exc)
+
+    await asyncio.gather(*(one(*p) for p in pending))
+
+
+def _settle(record: TraceRecord, primary: str) -> None:
+    """Outcome and failure mode follow the primary scorer."""
+    entry = record.scores[primary]
+    outcome: Outcome = "scored"
+    failure: FailureMode | None = None
+    if entry.error is not None:
+        outcome = failure = entry.error
+    elif entry.score is not None and entry.score < 1.0:
+        failure = "truncated" if record.stop_reason == "max_tokens" else "wrong_answer"
+    record.outcome, record.failure_mode = outcome, failure

@@ -1,7 +1,7 @@
 """Rendering prompts from sample fields (jinja2, StrictUndefined)."""
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from jinja2 import nodes
@@ -9,7 +9,9 @@ from jinja2 import nodes
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.request import Message
-from gradetrail_lib.spec import Spec
+
+if TYPE_CHECKING:  # the spec imports the scorers, which render templates
+    from gradetrail_lib.spec import Spec
 
 
 def make_environment(finalize: Callable[[Any], Any] | None = None) -> jinja2.Environment:
@@ -102,7 +104,7 @@ class Template:
 
 
 class PromptRenderer:
-    def __init__(self, spec: Spec) -> None:
+    def __init__(self, spec: "Spec") -> None:
         self._system = Template(spec.system, "system") if spec.system is not None else None
         self._prompt = Template(spec.prompt, "prompt")
 

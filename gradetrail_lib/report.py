@@ -17,7 +17,6 @@ import jinja2
 
 from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.pricing import format_usd
-from gradetrail_lib.records import SampleRecord, record
 from gradetrail_lib.runs import Run, distinct_labels, load_runs
 from gradetrail_lib.stats import (
     DEFAULT_CONFIDENCE,
@@ -31,6 +30,8 @@ from gradetrail_lib.stats import (
     run_stats,
 )
 from gradetrail_lib.stats.run_stats import percent
+from gradetrail_lib.summary import format_cost
+from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"
@@ -40,6 +41,7 @@ FAILURE_LABELS = {
     "wrong_answer": "wrong answer",
     "provider_error": "provider error",
     "scorer_error": "scorer error",
+    "judge_error": "judge error",
 }
 
 
@@ -47,6 +49,16 @@ FAILURE_LABELS = {
 class Message:
     role: str
     text: str
+
+
+@dataclass(frozen=True)
+class ScoreLine:
+    scorer: str
+    score: float | None
+    reason: str
+    error: str | None
+    # A judge's whole output, for the scorers that called one.
+    judge_output: list[str]
 
 
 @dataclass(frozen=True)
@@ -61,12 +73,15 @@ class FailedSample:
     reason: str
     tokens: str
     latency_s: float | None
+    scores: list[ScoreLine]
 
 
 @dataclass(frozen=True)
 class RunView:
     label: str
-    stats: RunStats
+    stats: RunStats  # the primary scorer's
+    scorers: list[RunStats]  # every scorer's, the primary first
+    judge: CallTotals
     facts: list[tuple[str, str]]
     warnings: list[str]
     failures: list[FailedSample]
@@ -76,6 +91,7 @@ class RunView:
 class PairView:
     label_a: str
     label_b: str
+    scorer: str
     comparison: PairedComparison | None
     refused: str | None
 
@@ -92,22 +108,33 @@ def _messages(raw: Any) -> list[Message]:
     return out
 
 
-def _failure(row: Mapping[str, Any], rec: SampleRecord) -> FailedSample:
+def _failure(record: TraceRecord, primary: str, threshold: float) -> FailedSample:
     # Truncation first: a cut-off answer is a budget problem, not a wrong answer.
-    kind = "truncated" if rec.truncated else (rec.failure_mode or "below_threshold")
+    kind = "truncated" if record.truncated else (record.failure_mode or "below_threshold")
     label = FAILURE_LABELS.get(kind, "below the pass threshold")
-    tokens = f"{rec.input_tokens} in / {rec.output_tokens} out" if rec.answered else "no response"
+    target = record.target
+    tokens = (
+        f"{target.input_tokens} in / {target.output_tokens} out"
+        if record.answered and target is not None
+        else "no response"
+    )
+    lines = []
+    for name, entry in record.scores.items():
+        outputs = [c.text or c.error or "" for c in record.calls if c.scorer == name]
+        lines.append(ScoreLine(name, entry.score, entry.reason, entry.error, outputs))
+    primary_entry = record.scores.get(primary)
     return FailedSample(
-        id=rec.id,
+        id=record.id if record.repeat == 0 else f"{record.id}#{record.repeat}",
         kind=kind,
         label=label,
-        score=rec.score,
-        messages=_messages(row.get("messages")),
-        response=row.get("response"),
-        stop_reason=rec.stop_reason,
-        reason=str(row.get("reason") or ""),
+        score=record.score_of(primary),
+        messages=_messages(record.messages),
+        response=record.response,
+        stop_reason=record.stop_reason,
+        reason=primary_entry.reason if primary_entry else "",
         tokens=tokens,
-        latency_s=rec.latency_s,
+        latency_s=target.latency_s if target is not None else None,
+        scores=lines,
     )
 
 
@@ -121,7 +148,9 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def reproducibility_facts(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+def reproducibility_facts(model: Manifest) -> list[tuple[str, str]]:
+    manifest = model.model_dump(mode="json")
+
     def get(*path: str) -> Any:
         node: Any = manifest
         for part in path:
@@ -136,6 +165,7 @@ def reproducibility_facts(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("spec", f"{_text(get('spec', 'name'))} ({_text(get('spec', 'path'))})"),
         ("spec hash", _text(get("spec", "hash"))),
         ("dataset", f"{_text(get('dataset', 'path'))} sha256 {_text(get('dataset', 'hash'))}"),
+        ("scorers", ", ".join(f"{i.name} ({i.type}, {i.hash[:12]})" for i in model.scorers)),
         ("scorer hash", _text(get("scorer_hash"))),
         ("scorer files", _text(get("scorer_files"))),
         ("judge hashes", _text(get("judge_hashes"))),
@@ -153,8 +183,13 @@ def reproducibility_facts(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("execution", _text(get("execution"))),
         ("started / finished", f"{_text(get('started_at'))} / {_text(get('finished_at'))}"),
         ("timings (s)", ", ".join(f"{k} {float(v):.2f}" for k, v in timings.items()) or "unknown"),
-        ("calls / cache hits", f"{_text(get('calls'))} / {_text(get('cache_hits'))}"),
-        ("cost paid by this run", _usd(get("cost_paid_usd"))),
+        ("calls / cache hits", f"{model.target.calls} / {model.target.cache_hits}"),
+        ("cost", format_cost(model.target)),
+        (
+            "judge calls / cache hits / errors",
+            f"{model.judge.calls} / {model.judge.cache_hits} / {model.judge.errors}",
+        ),
+        ("judge cost", format_cost(model.judge)),
     ]
 
 
@@ -164,10 +199,10 @@ def _usd(value: Any) -> str:
 
 
 def _check_one_identity(runs: Sequence[Run], labels: Sequence[str]) -> None:
-    identities = {r.manifest.get("identity") for r in runs}
+    identities = {r.manifest.identity for r in runs}
     if len(identities) > 1:
         pairs = zip(labels, runs, strict=True)
-        listed = "; ".join(f"{label}: {str(r.manifest.get('identity'))[:12]}" for label, r in pairs)
+        listed = "; ".join(f"{label}: {r.manifest.identity[:12]}" for label, r in pairs)
         raise NotComparable(
             f"a report covers runs of one identity (one spec, dataset and scorer); got {listed}"
         )
@@ -182,36 +217,35 @@ def build_views(
     settings: BootstrapSettings | None = None,
 ) -> tuple[list[RunView], list[PairView]]:
     labels = distinct_labels(runs)
+    options: dict[str, Any] = {
+        "threshold": threshold, "confidence": confidence, "method": method, "settings": settings,
+    }  # fmt: skip
     views = []
     for label, run in zip(labels, runs, strict=True):
-        stats = run_stats(
-            run.rows, threshold=threshold, confidence=confidence, method=method, settings=settings
-        )
-        failures = []
-        for row in run.rows:
-            rec = record(row)
-            if not rec.passes(threshold):
-                failures.append(_failure(row, rec))
-        warnings = [str(w) for w in run.manifest.get("warnings") or []]
-        views.append(RunView(label, stats, reproducibility_facts(run.manifest), warnings, failures))
+        records = run.records
+        primary = run.manifest.primary_scorer
+        every = [run_stats(records, name, **options) for name in run.manifest.scorer_names]
+        failures = [
+            _failure(r, primary, threshold) for r in records if not r.passes(primary, threshold)
+        ]
+        views.append(
+            RunView(
+                label, every[0], every, run.manifest.judge,
+                reproducibility_facts(run.manifest), list(run.manifest.warnings), failures,
+            )
+        )  # fmt: skip
     pairs = []
     for (i, a), (j, b) in combinations(enumerate(runs), 2):
         names = (labels[i], labels[j])
-        try:
-            notes = check_comparable(a.manifest, b.manifest, labels=names)
-            result = compare(
-                a.rows,
-                b.rows,
-                labels=names,
-                threshold=threshold,
-                confidence=confidence,
-                method=method,
-                settings=settings,
-                notes=notes,
-            )
-            pairs.append(PairView(*names, result, None))
-        except NotComparable as exc:
-            pairs.append(PairView(*names, None, str(exc)))
+        for scorer in a.manifest.scorer_names:
+            try:
+                notes = check_comparable(a.manifest, b.manifest, scorer, labels=names)
+                result = compare(
+                    a.records, b.records, scorer, labels=names, notes=notes, **options
+                )
+                pairs.append(PairView(*names, scorer, result, None))
+            except NotComparable as exc:
+                pairs.append(PairView(*names, scorer, None, str(exc)))
     return views, pairs
 
 
@@ -246,14 +280,14 @@ def render_report(
     views, pairs = build_views(
         runs, threshold=threshold, confidence=confidence, method=method, settings=settings
     )
-    spec = (runs[0].manifest.get("spec") or {}).get("name", "eval")
+    spec = runs[0].manifest.spec.name
     return (
         _environment()
         .get_template(TEMPLATE)
         .render(
             title=title or f"gradetrail report: {spec}",
             spec_name=spec,
-            identity=str(runs[0].manifest.get("identity")),
+            identity=runs[0].manifest.identity,
             runs=views,
             pairs=pairs,
             threshold=threshold,

@@ -5,27 +5,45 @@ directory of the same identity is first renamed aside and then removed, so a rea
 sees the old run or the new one, never a mix.
 """
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import gradetrail_lib
-from gradetrail_lib.identity import file_hashes, requests_hash, run_identity, scorer_files
+from gradetrail_lib.identity import (
+    file_hashes,
+    judge_files,
+    requests_hash,
+    run_identity,
+    scorer_files,
+    scorer_hashes,
+)
 from gradetrail_lib.identity import scorer_hash as scorer_hash_of
 from gradetrail_lib.identity import spec_hash as spec_hash_of
-from gradetrail_lib.pipeline import EvalPlan, Responses, ResultRow
-from gradetrail_lib.pricing import PriceList, sum_costs
+from gradetrail_lib.pipeline import EvalPlan, Responses
+from gradetrail_lib.pricing import PriceList
 from gradetrail_lib.request import key_base_url
 from gradetrail_lib.summary import RunSummary
+from gradetrail_lib.trace import (
+    SCHEMA_VERSION,
+    DatasetInfo,
+    GitInfo,
+    Manifest,
+    ModelInfo,
+    PricingInfo,
+    RecordWriter,
+    ScorerInfo,
+    SpecInfo,
+    TraceRecord,
+)
 
 RESULTS_FILE = "results.jsonl"
-_ROW_ENCODER = json.JSONEncoder(ensure_ascii=False)  # one for every row, not one per row
 MANIFEST_FILE = "manifest.json"
 
 
@@ -76,68 +94,56 @@ def build_manifest(
     prices: PriceList,
     timings: dict[str, float],
     started_at: datetime,
-) -> dict[str, Any]:
+) -> Manifest:
     loaded = plan.loaded
     served = {r.served_model for r in responses.responses.values() if r.served_model}
     git = git_state(loaded.base_dir)
-    return {
-        "identity": run_identity(loaded, plan.dataset.content_hash),
-        "spec": {"name": loaded.spec.name, "path": str(loaded.path), "hash": spec_hash_of(loaded)},
-        "dataset": {"path": loaded.spec.dataset.path, "hash": plan.dataset.content_hash},
-        "scorer_hash": scorer_hash_of(loaded),
-        "scorer_files": file_hashes(scorer_files(loaded)),
-        "judge_hashes": {},
-        "requests_hash": requests_hash(loaded, plan.model),
-        "model": {
-            "requested": plan.model.name,
-            "provider": plan.model.provider,
-            "base_url": key_base_url(plan.model),
-            "served": sorted(served),
-        },
-        "git": git,
-        "gradetrail_version": gradetrail_lib.__version__,
-        "execution": responses.execution,
-        "started_at": started_at.isoformat(),
-        "finished_at": datetime.now(UTC).isoformat(),
-        "timings_s": timings,
-        "samples": summary.samples,
-        "outcomes": summary.outcomes,
-        "failure_modes": summary.failure_modes,
-        "mean_score": summary.mean_score,
-        "tokens": {"input": summary.input_tokens, "output": summary.output_tokens},
-        "cost_usd": summary.cost_usd,
-        "cost_paid_usd": _paid(plan, responses, prices),
-        "pricing": {"version": prices.version, "effective_date": prices.effective_date},
-        "cache_hits": summary.cache_hits,
-        "calls": responses.calls,
-        "warnings": warnings_for(plan, served, git),
-    }
-
-
-def _paid(plan: EvalPlan, responses: Responses, prices: PriceList) -> float | None:
-    """What this run's own calls cost (cache hits were paid for by an earlier run)."""
-    fresh = [r for k, r in responses.responses.items() if k not in responses.cache_hits]
-    return sum_costs(
-        [
-            prices.cost(plan.model.provider, plan.model.name, r.input_tokens, r.output_tokens)
-            for r in fresh
-        ]
+    hashes = scorer_hashes(loaded)
+    return Manifest(
+        schema_version=SCHEMA_VERSION,
+        identity=run_identity(loaded, plan.dataset.content_hash),
+        spec=SpecInfo(name=loaded.spec.name, path=str(loaded.path), hash=spec_hash_of(loaded)),
+        dataset=DatasetInfo(path=loaded.spec.dataset.path, hash=plan.dataset.content_hash),
+        scorers=[ScorerInfo(name=s.name, type=s.type, hash=hashes[s.name]) for s in plan.scorers],
+        scorer_hash=scorer_hash_of(loaded),
+        scorer_files=file_hashes(scorer_files(loaded)),
+        judge_hashes=file_hashes(judge_files(loaded)),
+        requests_hash=requests_hash(loaded, plan.model),
+        model=ModelInfo(
+            requested=plan.model.name,
+            provider=plan.model.provider,
+            base_url=key_base_url(plan.model),
+            served=sorted(served),
+        ),
+        git=GitInfo(**git),
+        gradetrail_version=gradetrail_lib.__version__,
+        execution=responses.execution,  # type: ignore[arg-type]
+        started_at=started_at.isoformat(),
+        finished_at=datetime.now(UTC).isoformat(),
+        timings_s=timings,
+        samples=summary.samples,
+        outcomes=summary.outcomes,
+        failure_modes=summary.failure_modes,
+        scores=summary.scorers,
+        target=summary.target,
+        judge=summary.judge,
+        pricing=PricingInfo(version=prices.version, effective_date=prices.effective_date),
+        warnings=warnings_for(plan, served, git),
     )
 
 
-def write_run_dir(results_root: Path, rows: list[ResultRow], manifest: dict[str, Any]) -> Path:
-    name = run_dir_name(
-        manifest["spec"]["name"], manifest["model"]["requested"], manifest["identity"]
-    )
+def write_run_dir(
+    results_root: Path, records: Iterable[TraceRecord], manifest: Manifest
+) -> Path:
+    name = run_dir_name(manifest.spec.name, manifest.model.requested, manifest.identity)
     results_root.mkdir(parents=True, exist_ok=True)
     target = results_root / name
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=results_root))
     try:
-        with open(staging / RESULTS_FILE, "w", encoding="utf-8") as out:
-            for row in rows:
-                out.write(_ROW_ENCODER.encode(row.to_json()) + "\n")
+        with RecordWriter(staging / RESULTS_FILE) as out:
+            out.write_all(records)
         (staging / MANIFEST_FILE).write_text(
-            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            manifest.model_dump_json(indent=2) + "\n", encoding="utf-8"
         )
         os.chmod(staging, 0o755)
         aside = None
@@ -151,10 +157,3 @@ def write_run_dir(results_root: Path, rows: list[ResultRow], manifest: dict[str,
     if aside is not None:
         shutil.rmtree(aside, ignore_errors=True)
     return target
-
-
-def read_run_dir(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
-    with open(path / RESULTS_FILE, encoding="utf-8") as lines:
-        rows = [json.loads(line) for line in lines if line.strip()]
-    return manifest, rows

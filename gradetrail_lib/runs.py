@@ -1,43 +1,49 @@
-"""Reading a run directory back for compare, gate, cost and report, with errors that say
-what is wrong with it (exit 2) instead of a traceback."""
+"""Reading a run directory back (compare, gate, cost, report, Dagster), with errors that
+say what is wrong with it (exit 2) instead of a traceback."""
 
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.pipeline import ResultRow
 from gradetrail_lib.rundir import MANIFEST_FILE, RESULTS_FILE
-
-REQUIRED_ROW_FIELDS = ("id", "outcome", "score")
+from gradetrail_lib.trace import Manifest, TraceRecord, iter_records, parse_manifest
 
 
 @dataclass(frozen=True)
 class Run:
-    manifest: dict[str, Any]
-    rows: list[dict[str, Any]]
+    """A run directory: its manifest, and its records read as a stream (`iter(run)`) or
+    once into a list (`run.records`)."""
+
+    manifest: Manifest
     path: Path | None = None
+    # Records already in memory (a run just completed); otherwise read from `path`.
+    loaded: list[TraceRecord] | None = field(default=None, repr=False)
 
     @classmethod
-    def of(
-        cls,
-        manifest: dict[str, Any],
-        rows: Sequence[ResultRow | dict[str, Any]],
-        path: Path | None = None,
-    ) -> "Run":
-        """A run from memory (e.g. a Dagster asset's rows), shaped as if read back."""
-        return cls(manifest, [r.to_json() if isinstance(r, ResultRow) else r for r in rows], path)
+    def of(cls, manifest: Manifest, records: list[TraceRecord], path: Path | None = None) -> "Run":
+        return cls(manifest, path, records)
+
+    def __iter__(self) -> Iterator[TraceRecord]:
+        if self.loaded is not None:
+            return iter(self.loaded)
+        assert self.path is not None
+        return iter_records(self.path / RESULTS_FILE)
+
+    @cached_property
+    def records(self) -> list[TraceRecord]:
+        return list(self)
 
     @property
     def label(self) -> str:
-        spec = (self.manifest.get("spec") or {}).get("name", "?")
-        model = (self.manifest.get("model") or {}).get("requested", "?")
-        return f"{spec}/{model}"
+        return self.manifest.label
 
 
-def load_run(path: Path) -> Run:
+def load_run(path: Path | str) -> Run:
+    """The run in a directory; its manifest is read and checked now, its records as they
+    are iterated (each validated: a bad line is an InputError naming path and line)."""
+    path = Path(path)
     where = str(path)
     if not path.is_dir():
         raise InputError(where, None, None, "not a run directory (no such directory)")
@@ -46,32 +52,10 @@ def load_run(path: Path) -> Run:
             raise InputError(where, None, None, f"not a run directory (no {name})")
     manifest_path = path / MANIFEST_FILE
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = exc.lineno if isinstance(exc, json.JSONDecodeError) else None
-        raise InputError(str(manifest_path), line, None, f"not valid JSON: {exc}") from exc
-    if not isinstance(manifest, dict):
-        raise InputError(str(manifest_path), None, None, "must be a JSON object")
-    return Run(manifest, _read_rows(path / RESULTS_FILE), path)
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with open(path, encoding="utf-8", errors="strict") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(str(path), number, None, f"not valid JSON: {exc.msg}") from exc
-            if not isinstance(row, dict):
-                raise InputError(str(path), number, None, "a result must be a JSON object")
-            for name in REQUIRED_ROW_FIELDS:
-                if name not in row:
-                    raise InputError(str(path), number, name, "missing")
-            rows.append(row)
-    return rows
+        text = manifest_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(manifest_path), None, None, f"not valid UTF-8: {exc}") from exc
+    return Run(parse_manifest(text, manifest_path), path)
 
 
 def load_runs(paths: Sequence[Path]) -> list[Run]:

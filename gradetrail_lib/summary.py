@@ -1,11 +1,13 @@
-"""Run totals: counts per outcome, mean score, tokens, cost, cache hits."""
+"""Run totals from the trace records: counts per outcome, each scorer's figures, and the
+calls of the target and of the judges apart (tokens, cost paid and reused, cache hits)."""
 
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradetrail_lib.pricing import format_usd, sum_costs
-from gradetrail_lib.records import RowLike, records
+from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.trace import OUTCOMES, CallTotals, Role, ScorerFigures, TraceRecord
 
 
 @dataclass(frozen=True)
@@ -13,55 +15,120 @@ class RunSummary:
     samples: int
     outcomes: dict[str, int]
     failure_modes: dict[str, int]
-    scored: int
-    mean_score: float | None
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float | None
-    cache_hits: int
+    # Per scorer, in spec order; the first is the primary one.
+    scorers: dict[str, ScorerFigures]
+    target: CallTotals
+    judge: CallTotals
+
+    @property
+    def primary(self) -> str:
+        return next(iter(self.scorers))
 
     @property
     def any_scored(self) -> bool:
-        return self.scored > 0
+        return any(f.scored for f in self.scorers.values())
+
+    @property
+    def cache_hits(self) -> int:
+        return self.target.cache_hits
 
 
-OUTCOMES = ("scored", "provider_error", "scorer_error")
-
-
-def summarize(rows: Sequence[RowLike]) -> RunSummary:
-    """Counts and totals of a run, from ResultRows or the JSON rows of results.jsonl."""
-    recs = records(rows)
-    outcomes = Counter(r.outcome for r in recs)
-    scores = [r.score for r in recs if r.scored and r.score is not None]
-    answered = [r for r in recs if r.answered]
-    return RunSummary(
-        samples=len(recs),
-        outcomes={k: outcomes.get(k, 0) for k in OUTCOMES},
-        failure_modes=dict(sorted(Counter(r.failure_mode for r in recs if r.failure_mode).items())),
-        scored=len(scores),
-        mean_score=sum(scores) / len(scores) if scores else None,
-        input_tokens=sum(r.input_tokens or 0 for r in answered),
-        output_tokens=sum(r.output_tokens or 0 for r in answered),
-        cost_usd=sum_costs([r.cost_usd for r in answered]),
-        cache_hits=sum(r.cache_hit for r in recs),
+def call_totals(records: Sequence[TraceRecord], role: Role) -> CallTotals:
+    """Calls of one role. `calls` counts distinct requests this run sent (samples that
+    render alike share one); a cache hit's cost was paid by an earlier run."""
+    sent: set[str] = set()
+    hits = errors = tokens_in = tokens_out = 0
+    costs: list[float | None] = []
+    paid: list[float | None] = []
+    for record in records:
+        for call in record.calls:
+            if call.role != role:
+                continue
+            if call.cache_hit:
+                hits += 1
+            else:
+                sent.add(call.request_key)
+            if call.error is not None:
+                errors += 1
+                continue
+            tokens_in += call.input_tokens or 0
+            tokens_out += call.output_tokens or 0
+            costs.append(call.cost_usd)
+            if not call.cache_hit:
+                paid.append(call.cost_usd)
+    return CallTotals(
+        calls=len(sent),
+        cache_hits=hits,
+        errors=errors,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        cost_usd=sum_costs(costs),
+        cost_paid_usd=sum_costs(paid),
     )
 
 
-def format_summary(rows: Sequence[RowLike], wall_s: float) -> str:
-    """The summary `gradetrail run` prints; the mean and pass rate carry interval and n."""
+def scorer_figures(
+    records: Sequence[TraceRecord], name: str, kind: str, threshold: float = DEFAULT_THRESHOLD
+) -> ScorerFigures:
+    scores = [s for r in records if (s := r.score_of(name)) is not None]
+    return ScorerFigures(
+        type=kind,
+        n=len(records),
+        scored=len(scores),
+        errors=sum(r.error_of(name) is not None for r in records),
+        mean=sum(scores) / len(scores) if scores else None,
+        passed=sum(s >= threshold for s in scores),
+    )
+
+
+def summarize(records: Sequence[TraceRecord], scorers: Sequence[tuple[str, str]]) -> RunSummary:
+    """`scorers` are (name, type) pairs in spec order."""
+    outcomes = Counter(r.outcome for r in records)
+    return RunSummary(
+        samples=len(records),
+        outcomes={k: outcomes.get(k, 0) for k in OUTCOMES},
+        failure_modes=dict(
+            sorted(Counter(r.failure_mode for r in records if r.failure_mode).items())
+        ),
+        scorers={name: scorer_figures(records, name, kind) for name, kind in scorers},
+        target=call_totals(records, "target"),
+        judge=call_totals(records, "judge"),
+    )
+
+
+def format_cost(totals: CallTotals) -> str:
+    """`$0.0000 paid; $0.98 reused from cache` (step by step: what this run paid apart)."""
+    if totals.cost_usd is None:
+        return "unknown (a price is missing from the price list)"
+    reused = totals.cost_usd - (totals.cost_paid_usd or 0.0)
+    return f"{format_usd(totals.cost_paid_usd)} paid; {format_usd(reused)} reused from cache"
+
+
+def format_summary(records: Sequence[TraceRecord], summary: RunSummary, wall_s: float) -> str:
+    """What `gradetrail run` prints: every scorer's mean and pass rate with interval and n."""
     from gradetrail_lib.stats import describe, run_stats  # here: stats imports this module
 
-    stats = run_stats(rows)  # counts and totals included: no second summarize()
-    counts = ", ".join(f"{k}={v}" for k, v in stats.outcomes.items())
-    unscored = f"; {stats.unscored} unscored count as failures" if stats.unscored else ""
-    return "\n".join(
-        [
-            f"Samples: {stats.samples} ({counts})",
-            f"Mean score: {describe(stats.mean_score)}",
-            f"Pass rate (score >= {stats.threshold:g}): {describe(stats.pass_rate)}{unscored}",
-            f"Tokens: {stats.input_tokens} in / {stats.output_tokens} out",
-            f"Cost: {format_usd(stats.cost_usd)}",
-            f"Cache hits: {stats.cache_hits}/{stats.samples}",
-            f"Wall time: {wall_s:.2f}s",
-        ]
-    )
+    counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
+    lines = [f"Samples: {summary.samples} ({counts})"]
+    for index, (name, figures) in enumerate(summary.scorers.items()):
+        stats = run_stats(records, name)
+        primary = " (primary)" if index == 0 else ""
+        unscored = f"; {stats.unscored} unscored count as failures" if stats.unscored else ""
+        lines.append(
+            f"Scorer {name} [{figures.type}]{primary}: mean {describe(stats.mean_score)}; "
+            f"pass rate (score >= {stats.threshold:g}) {describe(stats.pass_rate)}{unscored}"
+        )
+    target, judge = summary.target, summary.judge
+    lines += [
+        f"Tokens: {target.input_tokens} in / {target.output_tokens} out",
+        f"Cost: {format_cost(target)}",
+        f"Cache hits: {target.cache_hits}/{summary.samples}",
+    ]
+    if judge.calls or judge.cache_hits or judge.errors:
+        lines.append(
+            f"Judge: {judge.calls} calls, {judge.cache_hits} cache hits, {judge.errors} errors; "
+            f"tokens {judge.input_tokens} in / {judge.output_tokens} out; "
+            f"cost {format_cost(judge)}"
+        )
+    lines.append(f"Wall time: {wall_s:.2f}s")
+    return "\n".join(lines)

@@ -94,9 +94,9 @@ def test_valid_spec_loads(tmp_path):
     assert spec.scorer.field == "answer"
     assert loaded.base_dir == tmp_path
     assert loaded.resolve("data/x.jsonl") == (tmp_path / "data" / "x.jsonl").resolve()
-    assert spec.model("qwen2.5-7b") is spec.models[1]
+    assert spec.model_named("qwen2.5-7b") is spec.models[1]
     with pytest.raises(KeyError, match="no model 'nope'"):
-        spec.model("nope")
+        spec.model_named("nope")
 
 
 def test_load_spec_accepts_a_string_path(tmp_path):

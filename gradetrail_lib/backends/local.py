@@ -1,7 +1,7 @@
 """The asyncio backend: C worker tasks in this process, sharing one RequestSender."""
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from importlib import import_module
 
@@ -44,18 +44,36 @@ class LocalBackend:
             asyncio.run(self.run_async(requests, on_result))
 
     async def run_async(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
+        pending: Iterator[ModelRequest] = iter(requests)
+
+        async def next_request() -> ModelRequest | None:
+            # One shared iterator: asyncio runs one worker at a time between awaits.
+            return next(pending, None)
+
+        await self._serve(min(self.concurrency, len(requests)), next_request, on_result)
+
+    async def run_queue(
+        self, queue: "asyncio.Queue[ModelRequest | None]", on_result: ResultCallback
+    ) -> None:
+        """Send what arrives on `queue` (requests that are found while others are sent,
+        such as a judge's); ends when each of the `concurrency` workers has taken a None."""
+        await self._serve(self.concurrency, queue.get, on_result)
+
+    async def _serve(
+        self,
+        workers: int,
+        next_request: Callable[[], Awaitable[ModelRequest | None]],
+        on_result: ResultCallback,
+    ) -> None:
         # Imported here (or by prepare()): the HTTP stack is a fifth of the start-up of
         # a fully cached run, which sends nothing.
         from gradetrail_lib.backends.clients import RequestSender
 
-        workers = min(self.concurrency, len(requests))
         sender = RequestSender()
         tracker = AbortTracker(self.policy.abort_after_identical)
-        pending: Iterator[ModelRequest] = iter(requests)
 
         async def worker() -> None:
-            # One shared iterator: asyncio runs one worker at a time between awaits.
-            for request in pending:
+            while (request := await next_request()) is not None:
                 outcome = await sender.send(request, self.policy)
                 on_result(request, outcome)
                 if isinstance(outcome, ProviderError):

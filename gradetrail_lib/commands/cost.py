@@ -34,6 +34,6 @@ def cost_command(args: argparse.Namespace) -> int:
         prices = load_prices(args.pricing_version)
     except GradetrailError as exc:  # a bad argument (exit 2), not a failed run
         raise InputError("--pricing-version", None, None, str(exc)) from exc
-    report = reprice([(r.manifest, r.rows) for r in runs], prices, threshold=args.pass_threshold)
+    report = reprice([(r.manifest, iter(r)) for r in runs], prices, threshold=args.pass_threshold)
     print(json.dumps(report.to_json(), indent=2) if args.json else format_cost(report))
     return EXIT_OK

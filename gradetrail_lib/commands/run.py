@@ -4,14 +4,13 @@ import argparse
 import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.pipeline import fetch_responses, look_up, plan
-from gradetrail_lib.run import complete_run
+from gradetrail_lib.pipeline import look_up, plan
+from gradetrail_lib.run import run_model
 from gradetrail_lib.spec import load_spec
 from gradetrail_lib.summary import format_summary
 
@@ -72,7 +71,7 @@ def run_command(args: argparse.Namespace) -> int:
     out = sys.stdout
     loaded = load_spec(args.spec)
     spec = loaded.spec
-    models = [spec.model(args.model)] if args.model else list(spec.models)
+    models = [spec.model_named(args.model)] if args.model else list(spec.models)
     plans = [plan(loaded, m) for m in models]  # every input error is found before any call
     backend = make_backend(args)
     cache = ResponseCache(args.cache or default_cache_path())
@@ -82,21 +81,21 @@ def run_command(args: argparse.Namespace) -> int:
     any_scored = False
     with backend.session():  # one Ray cluster for all the models, not one each
         for eval_plan, looked_up in zip(plans, found, strict=True):
-            started_at, started = datetime.now(UTC), time.perf_counter()
+            started = time.perf_counter()
             label = f"{spec.name}/{eval_plan.model.name}"
-            progress = ProgressBar(label)
-            responses = fetch_responses(
+            done = run_model(
                 eval_plan,
                 cache,
                 backend,
+                args.results,
                 read_cache=not args.no_cache,
                 looked_up=looked_up,
-                progress=progress,
+                progress=ProgressBar(label),
             )
-            done = complete_run(eval_plan, responses, args.results, started_at=started_at)
             any_scored = any_scored or done.summary.any_scored
             print(f"Run: {label} -> {done.run_dir}", file=out)
-            print(format_summary(done.records, time.perf_counter() - started), file=out)
-            for warning in done.manifest["warnings"]:
+            summary = format_summary(done.records, done.summary, time.perf_counter() - started)
+            print(summary, file=out)
+            for warning in done.manifest.warnings:
                 print(f"Warning: {warning}", file=out)
     return EXIT_OK if any_scored else EXIT_FAILED

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -293,3 +294,41 @@ def local_server(
                 return
             finally:
                 _stop(proc)
+
+
+class _Shared:
+    """One server per local model in this process, however many users it has at once
+    (a spec's target and its judge may be the same local model)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[str, contextlib.ExitStack, int]] = {}
+
+    @contextlib.contextmanager
+    def serve(self, name: str) -> Iterator[str]:
+        with self._lock:
+            if name in self._running:
+                url, stack, users = self._running[name]
+                self._running[name] = (url, stack, users + 1)
+            else:
+                stack = contextlib.ExitStack()
+                url = stack.enter_context(local_server(name))
+                self._running[name] = (url, stack, 1)
+        try:
+            yield url
+        finally:
+            with self._lock:
+                url, stack, users = self._running[name]
+                if users == 1:
+                    del self._running[name]
+                    stack.close()
+                else:
+                    self._running[name] = (url, stack, users - 1)
+
+
+_SHARED = _Shared()
+
+
+def shared_local_server(name: str) -> contextlib.AbstractContextManager[str]:
+    """`local_server(name)`, shared by every user in this process while any is in."""
+    return _SHARED.serve(name)

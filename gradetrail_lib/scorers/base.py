@@ -1,13 +1,25 @@
-"""The scorer interface and the factory from spec config to scorer."""
+"""The scorer interface: what a scorer is given, what it returns, and how it fails.
 
+A scorer sees a `ScoreInput` (the dataset row, the final response, the record so far)
+and, if it needs model calls (a judge), it names them first with `requests()`: the
+pipeline sends them through the same cache and backend as the target's requests and
+hands their outcomes to `score()`. So a judge is a scorer like any other.
+"""
+
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
+from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.request import Message, ModelRequest
+from gradetrail_lib.trace import ScoreErrorKind, TraceRecord
+
+CallOutcome = ModelResponse | ProviderError
 
 
-# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+# Not frozen, for speed: one per sample and scorer.
 @dataclass
 class Score:
     value: float
@@ -18,12 +30,64 @@ class Score:
             raise ValueError(f"score {self.value} is outside [0, 1]")
 
 
+class ScoreFailed(Exception):
+    """No score for this (sample, scorer): `kind` says whose fault it was."""
+
+    def __init__(self, kind: ScoreErrorKind, reason: str) -> None:
+        self.kind = kind
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass
+class ScoreInput:
+    sample: Sample
+    response: str
+    # The record as built so far (target call, messages); its `scores` fill in as
+    # scorers finish, in spec order.
+    record: TraceRecord
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.record.messages  # type: ignore[return-value]
+
+
 class Scorer(Protocol):
-    def check(self, sample: Sample, dataset_path: str) -> None:
+    name: str
+    type: str
+    # Whether `requests()` can name any call (so a run without such a scorer starts no
+    # stage for them).
+    makes_calls: bool
+
+    def check(self, sample: Sample, messages: list[Message], dataset_path: str) -> None:
         """Raise InputError when this sample cannot be scored at all (before any call)."""
         ...
 
-    def score(self, response: str, sample: Sample) -> Score: ...
+    def requests(self, item: ScoreInput) -> list[ModelRequest]:
+        """The model calls this scorer needs for the item (none for most scorers)."""
+        ...
+
+    def score(
+        self, item: ScoreInput, calls: Sequence[CallOutcome | None]
+    ) -> Score | Awaitable[Score]:
+        """The score; `calls` holds the outcome of each request `requests()` named, in
+        its order (None for a call that never finished).
+        Raise ScoreFailed (or anything: a scorer_error) when there is none."""
+        ...
+
+
+class BaseScorer:
+    """Defaults for scorers without model calls or per-sample checks."""
+
+    name: str
+    type: str
+    makes_calls = False
+
+    def check(self, sample: Sample, messages: list[Message], dataset_path: str) -> None:
+        return None
+
+    def requests(self, item: ScoreInput) -> list[ModelRequest]:
+        return []
 
 
 def clip(text: str, limit: int = 80) -> str:
@@ -36,27 +100,3 @@ def field_value(sample: Sample, field: str, dataset_path: str) -> Any:
             dataset_path, sample.line, field, f"sample {sample.id!r} has no field {field!r}"
         )
     return sample.fields[field]
-
-
-def build_scorer(config: Any, base_dir: Any) -> Scorer:
-    """`base_dir` resolves files a scorer names (a schema file, say). Each scorer's module
-    is imported only when a spec uses it (the json_schema one brings in jsonschema)."""
-    from gradetrail_lib.spec import ExactScorer, JsonSchemaScorer, NumericScorer, RegexScorer
-
-    if isinstance(config, ExactScorer):
-        from gradetrail_lib.scorers.exact import ExactMatch
-
-        return ExactMatch(config)
-    if isinstance(config, RegexScorer):
-        from gradetrail_lib.scorers.regex import RegexMatch
-
-        return RegexMatch(config)
-    if isinstance(config, NumericScorer):
-        from gradetrail_lib.scorers.numeric import NumericMatch
-
-        return NumericMatch(config)
-    if isinstance(config, JsonSchemaScorer):
-        from gradetrail_lib.scorers.json_schema import JsonSchemaMatch
-
-        return JsonSchemaMatch(config, base_dir)
-    raise TypeError(f"no scorer for {type(config).__name__}")

@@ -2,14 +2,34 @@
 
 import re
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
 from gradetrail_lib.dataset import Sample
-from gradetrail_lib.scorers.base import Score, clip, field_value
-from gradetrail_lib.spec import ExactScorer
+from gradetrail_lib.request import Message
+from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, clip, field_value
+from gradetrail_lib.scorers.registry import ScorerConfig
 
 
-class ExactMatch:
-    def __init__(self, config: ExactScorer) -> None:
+class Config(ScorerConfig):
+    type: Literal["exact"]
+    field: str = "answer"
+    strip: bool = True
+    lower: bool = True
+    collapse_whitespace: bool = True
+
+
+def build(config: Config, base_dir: Path) -> "ExactMatch":
+    return ExactMatch(config)
+
+
+class ExactMatch(BaseScorer):
+    type = "exact"
+
+    def __init__(self, config: Config) -> None:
         self.config = config
+        self.name = config.name
 
     def normalise(self, text: str) -> str:
         if self.config.strip:
@@ -22,11 +42,12 @@ class ExactMatch:
             text = re.sub(r"\s+", " ", text)
         return text
 
-    def check(self, sample: Sample, dataset_path: str) -> None:
+    def check(self, sample: Sample, messages: list[Message], dataset_path: str) -> None:
         field_value(sample, self.config.field, dataset_path)
 
-    def score(self, response: str, sample: Sample) -> Score:
-        expected = str(sample.fields[self.config.field])
+    def score(self, item: ScoreInput, calls: Sequence[CallOutcome | None]) -> Score:
+        response = item.response
+        expected = str(item.sample.fields[self.config.field])
         if self.normalise(response) == self.normalise(expected):
             return Score(1.0, f"matches {clip(expected)!r}")
         return Score(0.0, f"expected {clip(expected)!r}, got {clip(response)!r}")

@@ -2,11 +2,46 @@
 
 import math
 import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.scorers.base import Score, clip, field_value
-from gradetrail_lib.spec import NumericScorer
+from gradetrail_lib.request import Message
+from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, clip, field_value
+from gradetrail_lib.scorers.registry import ScorerConfig
+
+
+class Config(ScorerConfig):
+    type: Literal["numeric"]
+    field: str = "answer"
+    abs_tol: float = Field(default=0.0, ge=0)
+    rel_tol: float = Field(default=0.0, ge=0)
+    # `group` comes before `pattern` so the pattern's validator can see it.
+    group: str = "value"
+    pattern: str | None = Field(
+        default=None, description="Regex with a named group; default: the last number."
+    )
+
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, pattern: str | None, info: ValidationInfo) -> str | None:
+        if pattern is not None:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern does not compile: {exc}") from exc
+            group = info.data.get("group")  # absent when `group` itself is invalid
+            if group is not None and group not in compiled.groupindex:
+                raise ValueError(f"pattern has no named group {group!r}")
+        return pattern
+
+
+def build(config: Config, base_dir: Path) -> "NumericMatch":
+    return NumericMatch(config)
 
 # Thousands separators allowed only in groups of three: "1,234.5" but not "1,2".
 # A sign counts only where it cannot be a hyphen: "pages 10-12" ends with 12, not -12.
@@ -28,9 +63,12 @@ def last_number(text: str) -> float | None:
     return float(found[-1].replace(",", "")) if found else None
 
 
-class NumericMatch:
-    def __init__(self, config: NumericScorer) -> None:
+class NumericMatch(BaseScorer):
+    type = "numeric"
+
+    def __init__(self, config: Config) -> None:
         self.config = config
+        self.name = config.name
         self._pattern = re.compile(config.pattern) if config.pattern else None
 
     def expected(self, sample: Sample) -> float:
@@ -42,7 +80,7 @@ class NumericMatch:
             raise ValueError(f"field {self.config.field!r} is not a number: {value!r}")
         return number
 
-    def check(self, sample: Sample, dataset_path: str) -> None:
+    def check(self, sample: Sample, messages: list[Message], dataset_path: str) -> None:
         field_value(sample, self.config.field, dataset_path)
         try:
             self.expected(sample)
@@ -59,8 +97,9 @@ class NumericMatch:
             return None
         return parse_number(found.group(self.config.group))
 
-    def score(self, response: str, sample: Sample) -> Score:
-        expected = self.expected(sample)
+    def score(self, item: ScoreInput, calls: Sequence[CallOutcome | None]) -> Score:
+        response = item.response
+        expected = self.expected(item.sample)
         got = self.extract(response)
         if got is None:
             return Score(0.0, f"no number found in {clip(response)!r}; expected {expected:g}")

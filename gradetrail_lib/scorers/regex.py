@@ -10,13 +10,42 @@ doubt, goes to `re`. Tests hold the two paths to the same results.
 """
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
+from pathlib import Path
+from typing import Literal
 
+from pydantic import Field, field_validator
+
+from gradetrail_lib.config import check_template
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.render import Template, make_environment
-from gradetrail_lib.scorers.base import Score, clip, field_value
-from gradetrail_lib.spec import RegexScorer
+from gradetrail_lib.request import Message
+from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, clip, field_value
+from gradetrail_lib.scorers.registry import ScorerConfig
+
+RegexFlag = Literal["IGNORECASE", "MULTILINE", "DOTALL", "VERBOSE", "ASCII"]
+
+
+class Config(ScorerConfig):
+    """`pattern` is a jinja2 template rendered per sample; inserted values are regex-escaped."""
+
+    type: Literal["regex"]
+    field: str = "answer"
+    pattern: str | None = Field(default=None, description="Defaults to the escaped field value.")
+    flags: list[RegexFlag] = Field(default_factory=list)
+    match: Literal["search", "fullmatch"] = "search"
+
+    # Field validators (not model validators) so an error names `scorer.pattern` and its line.
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, pattern: str | None) -> str | None:
+        return None if pattern is None else check_template(pattern)
+
+
+def build(config: Config, base_dir: Path) -> "RegexMatch":
+    return RegexMatch(config)
 
 # Values inserted with {{ }} are literal text, so an answer like "3.5" or "(a)" means itself.
 _ENV = make_environment(finalize=lambda value: re.escape(str(value)))
@@ -47,7 +76,7 @@ def literal_text(source: str) -> str | None:
     return "".join(out)
 
 
-# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+# Not frozen, for speed: one per sample.
 @dataclass
 class CompiledPattern:
     """A rendered pattern, matched by `re` or, when it is a plain literal, as text."""
@@ -74,11 +103,14 @@ def compile_pattern(source: str, flags: re.RegexFlag) -> CompiledPattern:
     return CompiledPattern(source, re.compile(source, flags), None)
 
 
-class RegexMatch:
-    def __init__(self, config: RegexScorer) -> None:
+class RegexMatch(BaseScorer):
+    type = "regex"
+
+    def __init__(self, config: Config) -> None:
         self.config = config
+        self.name = config.name
         self._template = (
-            Template(config.pattern, "scorer.pattern", _ENV) if config.pattern is not None else None
+            Template(config.pattern, f"{config.where}.pattern", _ENV) if config.pattern is not None else None
         )
         self._flags = reduce(lambda acc, f: acc | getattr(re, f), config.flags, re.NOFLAG)
         # re's own cache holds 512 patterns; a dataset has one per sample, rendered and
@@ -100,7 +132,7 @@ class RegexMatch:
         self._by_sample[(sample.id, sample.line)] = compiled
         return compiled
 
-    def check(self, sample: Sample, dataset_path: str) -> None:
+    def check(self, sample: Sample, messages: list[Message], dataset_path: str) -> None:
         if self.config.pattern is None:
             field_value(sample, self.config.field, dataset_path)
         try:
@@ -111,12 +143,13 @@ class RegexMatch:
             raise InputError(
                 dataset_path,
                 sample.line,
-                "scorer.pattern",
+                f"{self.config.where}.pattern",
                 f"sample {sample.id!r}: rendered pattern does not compile: {exc}",
             ) from exc
 
-    def score(self, response: str, sample: Sample) -> Score:
-        pattern = self.compile(sample)
+    def score(self, item: ScoreInput, calls: Sequence[CallOutcome | None]) -> Score:
+        response = item.response
+        pattern = self.compile(item.sample)
         found = pattern.find(response, full=self.config.match == "fullmatch")
         if found is not None:
             return Score(1.0, f"{self.config.match} found {clip(found)!r}")

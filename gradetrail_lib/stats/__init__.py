@@ -1,10 +1,9 @@
 """Statistics you can defend: intervals with their n, paired comparison, the CI gate.
 
-Pure functions from result rows (ResultRow or the JSON rows of results.jsonl) and
-manifests to dataclasses; the CLI and the Dagster assets both call these.
+Pure functions from trace records and manifests (`trace`) to dataclasses, one scorer
+at a time; the CLI and the Dagster assets both call these.
 """
 
-from gradetrail_lib.records import RowLike, SampleRecord, records
 from gradetrail_lib.stats.gate import GateDecision, gate
 from gradetrail_lib.stats.intervals import (
     BootstrapSettings,
@@ -23,7 +22,7 @@ from gradetrail_lib.stats.paired import (
     mcnemar_exact,
     pair_up,
 )
-from gradetrail_lib.stats.run_stats import Latency, RunStats, describe, interval_line, run_stats
+from gradetrail_lib.stats.run_stats import Latency, RunStats, describe, run_stats
 from gradetrail_lib.stats_defaults import (
     DEFAULT_CONFIDENCE,
     DEFAULT_GATE_THRESHOLD,
@@ -44,21 +43,17 @@ __all__ = [
     "Latency",
     "PairedComparison",
     "ProportionMethod",
-    "RowLike",
     "RunStats",
-    "SampleRecord",
     "Verdict",
     "check_comparable",
     "compare",
     "describe",
     "gate",
-    "interval_line",
     "mcnemar_exact",
     "mean_estimate",
     "mean_interval",
     "pair_up",
     "proportion",
     "proportion_interval",
-    "records",
     "run_stats",
 ]

@@ -7,12 +7,12 @@ bootstrap interval on the mean difference. The verdict follows the interval: the
 it favours when it excludes zero, else "no winner".
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.records import RowLike, SampleRecord, records
+from gradetrail_lib.trace import Manifest, TraceRecord
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 
@@ -23,6 +23,7 @@ EXAMPLES = 5
 
 @dataclass(frozen=True)
 class PairedComparison:
+    scorer: str
     label_a: str
     label_b: str
     n: int
@@ -49,6 +50,7 @@ class PairedComparison:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "scorer": self.scorer,
             "a": self.label_a,
             "b": self.label_b,
             "n": self.n,
@@ -86,8 +88,8 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     return float(binomtest(a_only, discordant, 0.5).pvalue)
 
 
-def _keyed(recs: list[SampleRecord], label: str) -> dict[Key, SampleRecord]:
-    keyed: dict[Key, SampleRecord] = {}
+def _keyed(recs: Sequence[TraceRecord], label: str) -> dict[Key, TraceRecord]:
+    keyed: dict[Key, TraceRecord] = {}
     for r in recs:
         key = (r.id, r.repeat)
         if key in keyed:
@@ -103,11 +105,13 @@ def _examples(keys: set[Key]) -> str:
 
 
 def pair_up(
-    rows_a: Sequence[RowLike], rows_b: Sequence[RowLike], labels: tuple[str, str] = ("A", "B")
-) -> list[tuple[SampleRecord, SampleRecord]]:
+    records_a: Sequence[TraceRecord],
+    records_b: Sequence[TraceRecord],
+    labels: tuple[str, str] = ("A", "B"),
+) -> list[tuple[TraceRecord, TraceRecord]]:
     """The pairs in A's order; NotComparable unless both sides hold the same samples."""
-    a = _keyed(records(rows_a), labels[0])
-    b = _keyed(records(rows_b), labels[1])
+    a = _keyed(records_a, labels[0])
+    b = _keyed(records_b, labels[1])
     only_a, only_b = set(a) - set(b), set(b) - set(a)
     if only_a or only_b:
         parts = []
@@ -126,8 +130,9 @@ def pair_up(
 
 
 def compare(
-    rows_a: Sequence[RowLike],
-    rows_b: Sequence[RowLike],
+    records_a: Sequence[TraceRecord],
+    records_b: Sequence[TraceRecord],
+    scorer: str,
     *,
     labels: tuple[str, str] = ("A", "B"),
     threshold: float = DEFAULT_THRESHOLD,
@@ -136,13 +141,13 @@ def compare(
     settings: BootstrapSettings | None = None,
     notes: Sequence[str] = (),
 ) -> PairedComparison:
-    pairs = pair_up(rows_a, rows_b, labels)
+    pairs = pair_up(records_a, records_b, labels)
     n = len(pairs)
-    passes = [(x.passes(threshold), y.passes(threshold)) for x, y in pairs]
+    passes = [(x.passes(scorer, threshold), y.passes(scorer, threshold)) for x, y in pairs]
     both_pass = sum(pa and pb for pa, pb in passes)
     a_only = sum(pa and not pb for pa, pb in passes)
     b_only = sum(pb and not pa for pa, pb in passes)
-    diffs = [y.value - x.value for x, y in pairs]
+    diffs = [y.value(scorer) - x.value(scorer) for x, y in pairs]
     difference = mean_estimate(
         diffs, confidence, bounds=(-1.0, 1.0), method=method, settings=settings
     )
@@ -156,6 +161,7 @@ def compare(
     p = mcnemar_exact(a_only, b_only)
     all_notes = list(notes) + _agreement_note(verdict, p, confidence)
     return PairedComparison(
+        scorer=scorer,
         label_a=labels[0],
         label_b=labels[1],
         n=n,
@@ -163,8 +169,8 @@ def compare(
         confidence=confidence,
         pass_rate_a=proportion(both_pass + a_only, n, confidence, method),
         pass_rate_b=proportion(both_pass + b_only, n, confidence, method),
-        mean_a=sum(x.value for x, _ in pairs) / n,
-        mean_b=sum(y.value for _, y in pairs) / n,
+        mean_a=sum(x.value(scorer) for x, _ in pairs) / n,
+        mean_b=sum(y.value(scorer) for _, y in pairs) / n,
         difference=difference,
         both_pass=both_pass,
         both_fail=n - both_pass - a_only - b_only,
@@ -172,8 +178,8 @@ def compare(
         b_only=b_only,
         mcnemar_p=p,
         verdict=verdict,
-        unscored_a=sum(not x.scored for x, _ in pairs),
-        unscored_b=sum(not y.scored for _, y in pairs),
+        unscored_a=sum(not x.scored(scorer) for x, _ in pairs),
+        unscored_b=sum(not y.scored(scorer) for _, y in pairs),
         notes=tuple(all_notes),
     )
 
@@ -196,29 +202,32 @@ def _agreement_note(verdict: Verdict, p: float, confidence: float) -> list[str]:
     return []
 
 
-def _field(manifest: Mapping[str, Any], name: str) -> Any:
+def _hash(manifest: Manifest, name: str, scorer: str) -> str | None:
     if name == "dataset hash":
-        dataset = manifest.get("dataset")
-        return dataset.get("hash") if isinstance(dataset, Mapping) else None
-    return manifest.get(name)
+        return manifest.dataset.hash
+    try:
+        return manifest.scorer(scorer).hash
+    except KeyError:
+        return None
 
 
 def check_comparable(
-    manifest_a: Mapping[str, Any],
-    manifest_b: Mapping[str, Any],
+    manifest_a: Manifest,
+    manifest_b: Manifest,
+    scorer: str,
     *,
     force: bool = False,
     labels: tuple[str, str] = ("A", "B"),
 ) -> list[str]:
-    """Refuse runs whose scorer or dataset differ: their score differences would mix the
-    models' difference with the scorer's or the data's. With `force`, return the same
-    findings as notes to print next to the result."""
+    """Refuse runs whose scorer (this one: the others may differ) or dataset differ: their
+    score differences would mix the models' difference with the scorer's or the data's.
+    With `force`, return the same findings as notes to print next to the result."""
     problems = []
-    for name in ("scorer_hash", "dataset hash"):
-        a, b = _field(manifest_a, name), _field(manifest_b, name)
+    for name in (f"scorer {scorer!r} hash", "dataset hash"):
+        a, b = _hash(manifest_a, name, scorer), _hash(manifest_b, name, scorer)
         if a is None or b is None:
             missing = labels[0] if a is None else labels[1]
-            problems.append(f"{name} is missing from {missing}'s manifest, so it cannot be checked")
+            problems.append(f"{missing} has no scorer {scorer!r}")
         elif a != b:
             problems.append(
                 f"{name} differs: {labels[0]} has {str(a)[:12]}, {labels[1]} has {str(b)[:12]}"

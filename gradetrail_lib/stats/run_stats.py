@@ -1,5 +1,5 @@
-"""The figures for one result set: pass rate and mean score with intervals, outcome
-and failure-mode counts, tokens, cost and latency percentiles.
+"""The figures for one result set and one scorer: pass rate and mean score with
+intervals, outcome and failure-mode counts, tokens, cost and latency percentiles.
 
 How samples that were not scored count (provider or scorer error): they are failures
 in the pass rate, whose n is every sample, and they are left out of the mean score,
@@ -8,14 +8,15 @@ neither figure hides them.
 """
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gradetrail_lib.records import RowLike, records
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
-from gradetrail_lib.summary import summarize
+from gradetrail_lib.summary import call_totals
+from gradetrail_lib.trace import OUTCOMES, TraceRecord
 
 LATENCY_PERCENTILES = (50, 90, 99)
 
@@ -36,6 +37,7 @@ class Latency:
 
 @dataclass(frozen=True)
 class RunStats:
+    scorer: str
     samples: int
     outcomes: dict[str, int]
     failure_modes: dict[str, int]
@@ -52,6 +54,7 @@ class RunStats:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "scorer": self.scorer,
             "samples": self.samples,
             "outcomes": self.outcomes,
             "failure_modes": self.failure_modes,
@@ -81,47 +84,38 @@ def latency_of(values: Sequence[float]) -> Latency:
 
 
 def run_stats(
-    rows: Sequence[RowLike],
+    records: Sequence[TraceRecord],
+    scorer: str,
     *,
     threshold: float = DEFAULT_THRESHOLD,
     confidence: float = DEFAULT_CONFIDENCE,
     method: ProportionMethod = "wilson",
     settings: BootstrapSettings | None = None,
 ) -> RunStats:
-    recs = records(rows)
-    base = summarize(recs)
-    scores = [r.score for r in recs if r.scored and r.score is not None]
-    answered = [r for r in recs if r.answered]
+    """The figures of `scorer` (a name the records' `scores` hold)."""
+    scores = [s for r in records if (s := r.score_of(scorer)) is not None]
+    outcomes = Counter(r.outcome for r in records)
+    target = call_totals(records, "target")
+    latencies = [
+        c.latency_s for r in records if (c := r.target) is not None and c.latency_s is not None
+    ]
     return RunStats(
-        samples=base.samples,
-        outcomes=base.outcomes,
-        failure_modes=base.failure_modes,
-        unscored=base.samples - base.scored,
-        truncated=sum(r.truncated for r in recs),
+        scorer=scorer,
+        samples=len(records),
+        outcomes={k: outcomes.get(k, 0) for k in OUTCOMES},
+        failure_modes=dict(
+            sorted(Counter(r.failure_mode for r in records if r.failure_mode).items())
+        ),
+        unscored=len(records) - len(scores),
+        truncated=sum(r.truncated for r in records),
         threshold=threshold,
-        pass_rate=proportion(sum(r.passes(threshold) for r in recs), len(recs), confidence, method),
+        pass_rate=proportion(sum(s >= threshold for s in scores), len(records), confidence, method),
         mean_score=mean_estimate(scores, confidence, method=method, settings=settings),
-        input_tokens=base.input_tokens,
-        output_tokens=base.output_tokens,
-        cost_usd=base.cost_usd,
-        latency=latency_of([r.latency_s for r in answered if r.latency_s is not None]),
-        cache_hits=base.cache_hits,
-    )
-
-
-def interval_line(
-    rows: Sequence[RowLike],
-    *,
-    threshold: float = DEFAULT_THRESHOLD,
-    confidence: float = DEFAULT_CONFIDENCE,
-    method: ProportionMethod = "wilson",
-) -> str:
-    """One line for a run summary: mean score and pass rate, each with interval and n."""
-    stats = run_stats(rows, threshold=threshold, confidence=confidence, method=method)
-    return (
-        f"Mean score: {describe(stats.mean_score)}; "
-        f"pass rate (score >= {threshold:g}): {describe(stats.pass_rate)}"
-        + (f", {stats.unscored} unscored counted as failures" if stats.unscored else "")
+        input_tokens=target.input_tokens,
+        output_tokens=target.output_tokens,
+        cost_usd=target.cost_usd,
+        latency=latency_of(latencies),
+        cache_hits=target.cache_hits,
     )
 
 
