@@ -131,7 +131,7 @@ class Scoring:
             schema_version=SCHEMA_VERSION,
             id=item.sample.id,
             repeat=0,
-            messages=item.request.messages,  # type: ignore[arg-type]
+            messages=item.request.messages,
             calls=[self._target_call(item.request, response, cache_hit)],
             response=response.text,
             stop_reason=response.stop_reason,
@@ -149,7 +149,7 @@ class Scoring:
             schema_version=SCHEMA_VERSION,
             id=item.sample.id,
             repeat=0,
-            messages=item.request.messages,  # type: ignore[arg-type]
+            messages=item.request.messages,
             calls=[call],
             response=None,
             stop_reason=None,

@@ -132,9 +132,7 @@ def build_manifest(
     )
 
 
-def write_run_dir(
-    results_root: Path, records: Iterable[TraceRecord], manifest: Manifest
-) -> Path:
+def write_run_dir(results_root: Path, records: Iterable[TraceRecord], manifest: Manifest) -> Path:
     name = run_dir_name(manifest.spec.name, manifest.model.requested, manifest.identity)
     results_root.mkdir(parents=True, exist_ok=True)
     target = results_root / name

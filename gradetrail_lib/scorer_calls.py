@@ -115,7 +115,9 @@ class CallStage:
         self.results.cache_hits.update(found)
         return [r for r in requests if r.key not in found]
 
-    def _on_result(self, writer: CacheWriter | None, request: ModelRequest, outcome: Outcome) -> None:
+    def _on_result(
+        self, writer: CacheWriter | None, request: ModelRequest, outcome: Outcome
+    ) -> None:
         self.results.calls += 1
         if isinstance(outcome, ProviderError):
             self.results.errors[request.key] = outcome

@@ -2,7 +2,7 @@
 
 import fnmatch
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -33,8 +33,12 @@ __all__ = [
 ]
 
 
-# The spec's scorer entry: any registered scorer type, told apart by `type`.
-AnyScorer = Annotated[Union[config_types()], Field(discriminator="type")]  # noqa: UP007
+# The spec's scorer entry: any registered scorer type, told apart by `type` (built from
+# the registry at import; to the type checker, their common base).
+if TYPE_CHECKING:
+    AnyScorer = ScorerBase
+else:
+    AnyScorer = Annotated[Union[config_types()], Field(discriminator="type")]  # noqa: UP007
 
 # Kept under these names: older code and tests import them from here.
 _Strict = Strict
@@ -77,6 +81,8 @@ class Spec(Strict):
     @field_validator("models")
     @classmethod
     def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
+        if not models:  # given and empty (absent, `model:` may stand for it)
+            raise ValueError("List should have at least 1 item")
         names = [m.name for m in models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -86,6 +92,8 @@ class Spec(Strict):
     @field_validator("scorers")
     @classmethod
     def _named_scorers(cls, scorers: list[ScorerBase]) -> list[ScorerBase]:
+        if not scorers:
+            raise ValueError("List should have at least 1 item")
         unnamed = [i for i, s in enumerate(scorers) if "name" not in s.model_fields_set]
         if unnamed:
             raise ValueError(f"every entry of scorers needs a name (entry {unnamed[0]} has none)")

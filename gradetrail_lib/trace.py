@@ -260,7 +260,8 @@ def _input_error(path: Path, line: int | None, exc: ValidationError) -> InputErr
     ):
         return InputError(str(path), line, None, _OLD_FORMAT)
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return InputError(str(path), line, _field_of(tuple(first["loc"])) or None, _message(first) + more)
+    field = _field_of(tuple(first["loc"])) or None
+    return InputError(str(path), line, field, _message(first) + more)
 
 
 def _check_version(path: Path, line: int | None, version: int) -> None:

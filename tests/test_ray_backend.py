@@ -23,6 +23,7 @@ import pytest
 
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource
+from gradetrail_lib import load_run
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.backends.ray_backend import (
     AUTH_MODE_ENV,
@@ -239,9 +240,21 @@ def test_limited_and_describe(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _rows(results: Path) -> dict[str, dict[str, Any]]:
+    """What must not depend on the backend, per sample."""
     (run_dir,) = list(results.iterdir())
-    with open(run_dir / "results.jsonl") as lines:
-        return {row["id"]: row for row in map(json.loads, lines)}
+    rows = {}
+    for r in load_run(run_dir):
+        assert r.target is not None
+        rows[r.id] = {
+            "request_key": r.target.request_key,
+            "response": r.response,
+            "stop_reason": r.stop_reason,
+            "usage": (r.target.input_tokens, r.target.output_tokens),
+            "score": r.score_of("score"),
+            "outcome": r.outcome,
+            "cache_hit": r.target.cache_hit,
+        }
+    return rows
 
 
 def _manifest(results: Path) -> dict[str, Any]:
@@ -282,7 +295,7 @@ def test_cli_ray_run_caches_everything_and_matches_local(
         "concurrency": 4,
         "address": address,
     }
-    assert manifest["calls"] == n
+    assert manifest["target"]["calls"] == n
 
     # Every response was cached by the driver: a local re-run calls nothing.
     warm = run_cli("run", str(spec), *cache, "--results", str(tmp_path / "warm"), cwd=tmp_path)

@@ -11,14 +11,17 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
+from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.pipeline import Responses, plan, score_all
+from gradetrail_lib.pipeline import Responses, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.scorers import Score, Scorer, build_scorer
+from gradetrail_lib.records import Scoring
+from gradetrail_lib.scorers import Score, ScoreInput, Scorer, build_scorer
 from gradetrail_lib.scorers.regex import compile_pattern, literal_text
 from gradetrail_lib.spec import LoadedSpec, ScorerConfig, Spec
+from gradetrail_lib.trace import SCHEMA_VERSION, TraceRecord
 from tests.conftest import write_spec
 
 DATASET = "data/x.jsonl"
@@ -33,11 +36,19 @@ def sample(sample_id: str = "s1", line: int = 1, **fields: Any) -> Sample:
     return Sample(id=sample_id, fields={"id": sample_id, **fields}, line=line)
 
 
+def apply(s: Scorer, response: str, smp: Sample) -> Score:
+    """One scorer on one response, as the pipeline calls it (no model calls)."""
+    record = TraceRecord(SCHEMA_VERSION, smp.id, 0, [], [], response, "stop", {}, "scored", None)
+    result = s.score(ScoreInput(smp, response, record), [])
+    assert isinstance(result, Score)
+    return result
+
+
 def score(config: dict[str, Any], response: str, base_dir: Path | None = None, **fields) -> Score:
     s = scorer(config, base_dir)
     smp = sample(**fields)
-    s.check(smp, DATASET)
-    result = s.score(response, smp)
+    s.check(smp, [], DATASET)
+    result = apply(s, response, smp)
     assert 0.0 <= result.value <= 1.0
     assert result.reason.strip()
     return result
@@ -97,20 +108,20 @@ ANSWER = {"type": "regex", "pattern": r"Answer:\s*{{ answer }}\s*\.?$"}
 
 def test_regex_template_is_rendered_per_sample():
     s = scorer(ANSWER)
-    assert s.score("... Answer: 42", sample("a", answer=42)).value == 1.0
-    assert s.score("... Answer: 42", sample("b", answer=7)).value == 0.0
-    assert s.score("... Answer: 7.", sample("b", answer=7)).value == 1.0
+    assert apply(s, "... Answer: 42", sample("a", answer=42)).value == 1.0
+    assert apply(s, "... Answer: 42", sample("b", answer=7)).value == 0.0
+    assert apply(s, "... Answer: 7.", sample("b", answer=7)).value == 1.0
 
 
 def test_regex_inserted_values_are_escaped():
     s = scorer(ANSWER)
-    assert s.score("Answer: 385", sample("a", answer="3.5")).value == 0.0
-    assert s.score("Answer: 3.5", sample("a", answer="3.5")).value == 1.0
-    assert s.score("Answer: 3.5", sample("b", answer=3.5)).value == 1.0
-    assert s.score("Answer: (a)", sample("c", answer="(a)")).value == 1.0
-    assert s.score("Answer: a", sample("c", answer="(a)")).value == 0.0
-    assert s.score("Answer: aaa", sample("d", answer="a+")).value == 0.0
-    assert s.score("Answer: a+", sample("d", answer="a+")).value == 1.0
+    assert apply(s, "Answer: 385", sample("a", answer="3.5")).value == 0.0
+    assert apply(s, "Answer: 3.5", sample("a", answer="3.5")).value == 1.0
+    assert apply(s, "Answer: 3.5", sample("b", answer=3.5)).value == 1.0
+    assert apply(s, "Answer: (a)", sample("c", answer="(a)")).value == 1.0
+    assert apply(s, "Answer: a", sample("c", answer="(a)")).value == 0.0
+    assert apply(s, "Answer: aaa", sample("d", answer="a+")).value == 0.0
+    assert apply(s, "Answer: a+", sample("d", answer="a+")).value == 1.0
 
 
 def test_regex_flags():
@@ -144,7 +155,7 @@ def test_regex_default_pattern_is_the_escaped_field():
 def test_regex_check_names_the_sample_when_the_template_field_is_missing():
     s = scorer(ANSWER)
     with pytest.raises(InputError) as info:
-        s.check(sample("s5", line=9, label="x"), DATASET)
+        s.check(sample("s5", line=9, label="x"), [], DATASET)
     err = info.value
     assert (err.path, err.line, err.field) == (DATASET, 9, "scorer.pattern")
     assert "'s5'" in err.message and "answer" in err.message
@@ -152,14 +163,14 @@ def test_regex_check_names_the_sample_when_the_template_field_is_missing():
 
 def test_regex_check_names_the_sample_when_the_default_field_is_missing():
     with pytest.raises(InputError) as info:
-        scorer({"type": "regex", "field": "label"}).check(sample("s6", line=2), DATASET)
+        scorer({"type": "regex", "field": "label"}).check(sample("s6", line=2), [], DATASET)
     assert (info.value.line, info.value.field) == (2, "label")
     assert "'s6'" in info.value.message
 
 
 def test_regex_check_reports_a_pattern_that_does_not_compile():
     with pytest.raises(InputError, match="does not compile") as info:
-        scorer({"type": "regex", "pattern": "({{ answer }}"}).check(sample(answer=1), DATASET)
+        scorer({"type": "regex", "pattern": "({{ answer }}"}).check(sample(answer=1), [], DATASET)
     assert info.value.field == "scorer.pattern"
 
 
@@ -288,16 +299,16 @@ def test_numeric_no_number_found_scores_zero_with_a_reason():
 
 def test_numeric_check_rejects_a_non_numeric_expected_value():
     with pytest.raises(InputError) as info:
-        scorer(NUM).check(sample("s3", line=8, answer="four"), DATASET)
+        scorer(NUM).check(sample("s3", line=8, answer="four"), [], DATASET)
     assert (info.value.path, info.value.line, info.value.field) == (DATASET, 8, "answer")
     assert "'s3'" in info.value.message
     with pytest.raises(InputError, match="boolean"):
-        scorer(NUM).check(sample(answer=True), DATASET)
+        scorer(NUM).check(sample(answer=True), [], DATASET)
 
 
 def test_numeric_check_names_the_sample_when_the_field_is_missing():
     with pytest.raises(InputError) as info:
-        scorer({"type": "numeric", "field": "total"}).check(sample("s4", line=6), DATASET)
+        scorer({"type": "numeric", "field": "total"}).check(sample("s4", line=6), [], DATASET)
     assert (info.value.line, info.value.field) == (6, "total")
     assert "'s4'" in info.value.message and "'total'" in info.value.message
 
@@ -344,11 +355,11 @@ def test_json_schema_from_a_sample_field():
 def test_json_schema_field_check_names_the_sample():
     s = scorer({"type": "json_schema", "field": "schema"})
     with pytest.raises(InputError) as info:
-        s.check(sample("s2", line=4), DATASET)
+        s.check(sample("s2", line=4), [], DATASET)
     assert (info.value.line, info.value.field) == (4, "schema")
     assert "'s2'" in info.value.message
     with pytest.raises(InputError, match="Draft 2020-12") as info:
-        s.check(sample("s3", line=5, schema={"type": 12}), DATASET)
+        s.check(sample("s3", line=5, schema={"type": 12}), [], DATASET)
     assert (info.value.path, info.value.line) == (DATASET, 5)
 
 
@@ -452,30 +463,32 @@ def test_score_all_marks_only_the_sample_whose_scorer_raised(tmp_path):
     responses.responses[key["cut"]] = response('{"a":', stop="max_tokens")
     responses.cache_hits.add(key["good"])
 
-    rows = {row.id: row for row in score_all(the_plan, responses, load_prices())}
+    scoring = Scoring(the_plan, None, LocalBackend(), prices=load_prices())
+    rows = {r.id: r for r in scoring.finish(responses).records}
     assert list(rows) == ["good", "bad", "wrong", "cut", "lost"]
 
     assert rows["bad"].outcome == "scorer_error"
     assert rows["bad"].failure_mode == "scorer_error"
-    assert rows["bad"].score is None
-    assert rows["bad"].reason.startswith("scorer raised ")
+    assert rows["bad"].score_of("score") is None
+    assert rows["bad"].scores["score"].error == "scorer_error"
+    assert rows["bad"].scores["score"].reason.startswith("scorer raised ")
     assert rows["bad"].response == '{"a": 1}'
 
-    assert (rows["good"].outcome, rows["good"].score, rows["good"].failure_mode) == (
-        "scored",
-        1.0,
-        None,
-    )
-    assert rows["good"].cache_hit is True and rows["wrong"].cache_hit is False
-    assert (rows["wrong"].outcome, rows["wrong"].score) == ("scored", 0.0)
+    good = rows["good"]
+    assert (good.outcome, good.score_of("score"), good.failure_mode) == ("scored", 1.0, None)
+    assert good.target is not None and good.target.cache_hit is True
+    assert rows["wrong"].target is not None and rows["wrong"].target.cache_hit is False
+    assert (rows["wrong"].outcome, rows["wrong"].score_of("score")) == ("scored", 0.0)
     assert rows["wrong"].failure_mode == "wrong_answer"
-    assert (rows["cut"].score, rows["cut"].failure_mode) == (0.0, "truncated")
-    assert (rows["lost"].outcome, rows["lost"].failure_mode) == ("provider_error", "provider_error")
-    assert rows["lost"].score is None and rows["lost"].cost_usd is None
+    assert (rows["cut"].score_of("score"), rows["cut"].failure_mode) == (0.0, "truncated")
+    lost = rows["lost"]
+    assert (lost.outcome, lost.failure_mode) == ("provider_error", "provider_error")
+    assert lost.score_of("score") is None and lost.target is not None
+    assert lost.target.cost_usd is None and lost.target.error
 
     # 100 input and 20 output tokens at claude-haiku-4-5's $1 / $5 per million.
-    assert rows["good"].cost_usd == pytest.approx((100 * 1.0 + 20 * 5.0) / 1_000_000)
-    assert all(r.reason for r in rows.values())
+    assert good.target.cost_usd == pytest.approx((100 * 1.0 + 20 * 5.0) / 1_000_000)
+    assert all(r.scores["score"].reason for r in rows.values())
 
 
 BUILD_AND_REPORT_JSONSCHEMA = """
@@ -484,7 +497,7 @@ from pathlib import Path
 from gradetrail_lib.scorers import build_scorer
 from gradetrail_lib.spec import load_spec
 loaded = load_spec(Path(sys.argv[1]))
-build_scorer(loaded.spec.scorer, loaded.base_dir)
+build_scorer(loaded.spec.scorers[0], loaded.base_dir)
 print("jsonschema" in sys.modules)
 """
 

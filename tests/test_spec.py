@@ -5,13 +5,10 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib.errors import InputError, InputErrors
-from gradetrail_lib.spec import (
-    JsonSchemaScorer,
-    LoadedSpec,
-    NumericScorer,
-    RegexScorer,
-    load_spec,
-)
+from gradetrail_lib.scorers.json_schema import Config as JsonSchemaScorer
+from gradetrail_lib.scorers.numeric import Config as NumericScorer
+from gradetrail_lib.scorers.regex import Config as RegexScorer
+from gradetrail_lib.spec import LoadedSpec, load_spec
 
 # Line numbers below refer to this layout; tests edit one line and check the line named.
 BASE = """\

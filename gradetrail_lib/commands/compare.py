@@ -1,11 +1,15 @@
-"""`gradetrail compare RUN_A RUN_B`: a paired comparison of two result sets."""
+"""`gradetrail compare RUN_A RUN_B`: a paired comparison of two result sets, scorer by
+scorer (every scorer the two runs share, primary first; `--scorer NAME` for one)."""
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.commands.options import add_stats_options
+from gradetrail_lib.commands.pairing import ScorerPair, dataset_differs, pick, scorer_pairs
+from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.runs import distinct_labels, load_run
 from gradetrail_lib.stats import check_comparable, compare
 
@@ -15,13 +19,35 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 
 
+@dataclass(frozen=True)
+class ScorerResult:
+    """One scorer's comparison, or why there is none (`refused`)."""
+
+    pair: ScorerPair
+    comparison: "PairedComparison | None"
+    refused: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        head = {"scorer": self.pair.name, "role": self.pair.role or "secondary"}
+        if self.comparison is None:
+            return {**head, "compared": False, "reason": self.refused}
+        return {**head, "compared": True, **self.comparison.to_json()}
+
+
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = commands.add_parser(
-        "compare", help="paired comparison of two run directories (McNemar, paired bootstrap)"
+        "compare",
+        help="paired comparison of two run directories on every scorer they share "
+        "(McNemar, paired bootstrap)",
     )
     parser.add_argument("run_a", type=Path, metavar="RUN_A")
     parser.add_argument("run_b", type=Path, metavar="RUN_B")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--scorer", metavar="NAME", default=None, help="compare on this scorer only"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the result as JSON (a list per scorer)"
+    )
     parser.add_argument(
         "--force", action="store_true", help="compare even if scorer or dataset hashes differ"
     )
@@ -33,25 +59,102 @@ def compare_command(args: argparse.Namespace) -> int:
     runs = [load_run(args.run_a), load_run(args.run_b)]
     a_label, b_label = distinct_labels(runs)
     labels = (a_label, b_label)
-    notes = check_comparable(runs[0].manifest, runs[1].manifest, force=args.force, labels=labels)
-    result = compare(
-        runs[0].rows,
-        runs[1].rows,
-        labels=labels,
-        threshold=args.pass_threshold,
-        confidence=args.confidence,
-        method=args.method,
-        notes=notes,
-    )
+    a, b = runs[0].manifest, runs[1].manifest
+    pairs = scorer_pairs(a, b, labels)
+    if args.scorer is not None:
+        pairs = [pick(pairs, args.scorer)]
+    shared = [p for p in pairs if p.shared]
+    if not shared:
+        raise NotComparable(
+            f"the runs share no scorer: A [{a_label}] has {', '.join(a.scorer_names)}; "
+            f"B [{b_label}] has {', '.join(b.scorer_names)}"
+        )
+    if dataset_differs(a, b) and not args.force:
+        # Every scorer would be refused for it: say so once, as check_comparable does.
+        check_comparable(a, b, shared[0].name, labels=labels)
+    results = []
+    for pair in pairs:
+        if not pair.shared:
+            results.append(ScorerResult(pair, None, pair.only_in))
+            continue
+        try:
+            notes = check_comparable(a, b, pair.name, force=args.force, labels=labels)
+        except NotComparable as exc:
+            if args.scorer is not None:
+                raise
+            results.append(ScorerResult(pair, None, str(exc)))
+            continue
+        comparison = compare(
+            runs[0].records,
+            runs[1].records,
+            pair.name,
+            labels=labels,
+            threshold=args.pass_threshold,
+            confidence=args.confidence,
+            method=args.method,
+            notes=notes,
+        )
+        results.append(ScorerResult(pair, comparison, None))
+    if not any(r.comparison is not None for r in results):
+        raise NotComparable("; ".join(str(r.refused) for r in results if r.pair.shared))
     if args.json:
-        payload = {"run_a": str(args.run_a), "run_b": str(args.run_b), **result.to_json()}
+        payload = {
+            "run_a": str(args.run_a),
+            "run_b": str(args.run_b),
+            "a": a_label,
+            "b": b_label,
+            "scorers": [r.to_json() for r in results],
+        }
         print(json.dumps(payload, indent=2))
     else:
-        print(format_comparison(result))
+        print(format_results(results, labels))
     return EXIT_OK
 
 
+def format_results(results: list[ScorerResult], labels: tuple[str, str]) -> str:
+    """A table with a row per scorer, then each compared scorer's figures in full."""
+    from gradetrail_lib.stats.run_stats import percent
+
+    done = [r.comparison for r in results if r.comparison is not None]
+    first = done[0]
+    header = (
+        f"Paired comparison of A: {labels[0]} and B: {labels[1]} on {first.n} samples "
+        f"(joined on sample id; pass = score >= {first.threshold:g}; unscored samples fail "
+        f"with score 0; {percent(first.confidence)} intervals)"
+    )
+    table = [("scorer", "pass rate A", "pass rate B", "difference B - A", "McNemar p", "verdict")]
+    for r in results:
+        c = r.comparison
+        if c is None:
+            table.append((r.pair.title, "not compared", "", "", "", ""))
+            continue
+        ci = c.difference.interval
+        assert c.difference.value is not None and ci is not None
+        table.append(
+            (
+                r.pair.title,
+                c.pass_rate_a.format(),
+                c.pass_rate_b.format(),
+                f"{c.difference.value:+.3f} {ci.format()}",
+                f"{c.mcnemar_p:.4g}",
+                c.verdict if c.verdict == "no winner" else f"{c.verdict} ({c.winner_label()})",
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = [header, ""]
+    lines += ["  ".join(f"{v:<{w}}" for v, w in zip(row, widths, strict=True)).rstrip()
+              for row in table]  # fmt: skip
+    for r in results:
+        if r.comparison is None:
+            lines.append(f"Not compared: {r.pair.name}: {r.refused}")
+    for r in results:
+        if r.comparison is not None:
+            lines += ["", f"Scorer {r.pair.title}", format_comparison(r.comparison)]
+    return "\n".join(lines)
+
+
 def format_comparison(c: "PairedComparison") -> str:
+    """One scorer's comparison in full."""
     from gradetrail_lib.stats.run_stats import percent
 
     level = percent(c.confidence)
@@ -66,21 +169,18 @@ def format_comparison(c: "PairedComparison") -> str:
     ]
     width = max(len(a) for _, a, _ in rows) + 3
     lines = [
-        f"Paired comparison on {c.n} samples (joined on sample id; "
-        f"pass = score >= {c.threshold:g}; unscored samples fail with score 0)",
-        *(f"{name:<24}{a:<{width}}{b}" for name, a, b in rows),
-        "",
-        f"Difference B - A (mean score): {c.difference.value:+.3f} {ci.format()} "
+        *(f"  {name:<24}{a:<{width}}{b}".rstrip() for name, a, b in rows),
+        f"  Difference B - A (mean score): {c.difference.value:+.3f} {ci.format()} "
         f"({level} paired {ci.method}, n={c.n})",
-        f"Pass/fail pairs: both pass {c.both_pass}, both fail {c.both_fail}, "
+        f"  Pass/fail pairs: both pass {c.both_pass}, both fail {c.both_fail}, "
         f"A only {c.a_only}, B only {c.b_only}",
-        f"Exact McNemar p: {c.mcnemar_p:.4g} ({c.a_only + c.b_only} discordant pairs)",
-        f"Verdict: {c.verdict}"
+        f"  Exact McNemar p: {c.mcnemar_p:.4g} ({c.a_only + c.b_only} discordant pairs)",
+        f"  Verdict: {c.verdict}"
         + (
             f" ({c.winner_label()} is better)"
             if c.verdict != "no winner"
             else " (the interval on the difference contains zero)"
         ),
     ]
-    lines += [f"Note: {n}" for n in c.notes]
+    lines += [f"  Note: {n}" for n in c.notes]
     return "\n".join(lines)

@@ -1,12 +1,20 @@
-"""`gradetrail gate RUN --baseline RUN`: exit 1 on a real regression, for CI."""
+"""`gradetrail gate RUN --baseline RUN`: exit 1 on a real regression, for CI.
+
+It gates one scorer (`--scorer NAME`, by default the candidate's primary scorer), or
+each scorer the two runs share (`--all-scorers`), failing when any regresses. Runs that
+cannot be compared on a gated scorer exit 2, never 1: a refusal is not a regression.
+"""
 
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from gradetrail_lib.commands.options import add_stats_options, non_negative
+from gradetrail_lib.commands.pairing import ScorerPair, pick, scorer_pairs
+from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.runs import distinct_labels, load_run
-from gradetrail_lib.stats import check_comparable, compare, gate
+from gradetrail_lib.stats import GateDecision, check_comparable, compare, gate
 from gradetrail_lib.stats_defaults import DEFAULT_GATE_THRESHOLD
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
@@ -26,6 +34,18 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         default=DEFAULT_GATE_THRESHOLD,
         help=f"largest tolerated drop in mean score (default {DEFAULT_GATE_THRESHOLD})",
     )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--scorer",
+        metavar="NAME",
+        default=None,
+        help="the scorer to gate on (default: the candidate's primary scorer)",
+    )
+    which.add_argument(
+        "--all-scorers",
+        action="store_true",
+        help="gate each scorer both runs share; fail when any regresses",
+    )
     parser.add_argument(
         "--force", action="store_true", help="gate even if scorer or dataset hashes differ"
     )
@@ -38,19 +58,91 @@ def gate_command(args: argparse.Namespace) -> int:
     baseline, candidate = load_run(args.baseline), load_run(args.run)
     labels_list = distinct_labels([baseline, candidate])
     labels = (f"baseline {labels_list[0]}", f"candidate {labels_list[1]}")
-    notes = check_comparable(baseline.manifest, candidate.manifest, force=args.force, labels=labels)
-    comparison = compare(
-        baseline.rows,
-        candidate.rows,
-        labels=labels,
-        threshold=args.pass_threshold,
-        confidence=args.confidence,
-        method=args.method,
-        notes=notes,
-    )
-    decision = gate(comparison, args.threshold)
-    if args.json:
-        print(json.dumps(decision.to_json(), indent=2))
+    a, b = baseline.manifest, candidate.manifest
+    sides = ("the baseline", "the candidate")
+    pairs = scorer_pairs(a, b, (labels_list[0], labels_list[1]), sides=sides, first="b")
+    if args.all_scorers:
+        gated = [p for p in pairs if p.shared]
+        if not gated:
+            raise NotComparable(
+                f"the runs share no scorer: the baseline has {', '.join(a.scorer_names)}; "
+                f"the candidate has {', '.join(b.scorer_names)}"
+            )
     else:
-        print(decision.explanation)
-    return EXIT_OK if decision.passed else EXIT_REGRESSION
+        gated = [pick(pairs, args.scorer or b.primary_scorer)]
+    # Every gated scorer is checked before any is computed: one refusal refuses the gate.
+    refusals, notes = [], {}
+    for pair in gated:
+        try:
+            notes[pair.name] = check_comparable(a, b, pair.name, force=args.force, labels=labels)
+        except NotComparable as exc:
+            refusals.append(str(exc))
+    if refusals:
+        raise NotComparable("; ".join(refusals))
+    decisions = []
+    for pair in gated:
+        comparison = compare(
+            baseline.records,
+            candidate.records,
+            pair.name,
+            labels=labels,
+            threshold=args.pass_threshold,
+            confidence=args.confidence,
+            method=args.method,
+            notes=notes[pair.name],
+        )
+        decisions.append((pair, gate(comparison, args.threshold)))
+    passed = all(d.passed for _, d in decisions)
+    skipped = [p.only_in for p in pairs if not p.shared] if args.all_scorers else []
+    if args.json:
+        print(json.dumps(_json(decisions, skipped, args), indent=2))
+    elif args.all_scorers:
+        print(_all_text(decisions, skipped, passed))
+    else:
+        ((pair, decision),) = decisions
+        print(_explain(pair, decision))
+    return EXIT_OK if passed else EXIT_REGRESSION
+
+
+def _explain(pair: ScorerPair, decision: GateDecision) -> str:
+    """The decision's paragraph, naming its scorer: `FAIL: scorer 'x' (primary): ...`."""
+    verdict, _, rest = decision.explanation.partition(": ")
+    role = f" ({pair.role})" if pair.role else ""
+    return f"{verdict}: scorer {pair.name!r}{role}: {rest}"
+
+
+def _all_text(
+    decisions: list[tuple[ScorerPair, GateDecision]], skipped: list[str], passed: bool
+) -> str:
+    failed = [p.name for p, d in decisions if not d.passed]
+    paragraphs = [_explain(p, d) for p, d in decisions]
+    paragraphs += [f"Not gated: {s} (the other run has no such scorer)." for s in skipped]
+    if passed:
+        overall = f"PASS: none of the {len(decisions)} gated scorers regressed."
+    else:
+        overall = (
+            f"FAIL: {len(failed)} of the {len(decisions)} gated scorers regressed: "
+            + ", ".join(failed)
+            + "."
+        )
+    return "\n\n".join([*paragraphs, overall])
+
+
+def _json(
+    decisions: list[tuple[ScorerPair, GateDecision]],
+    skipped: list[str],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    def one(pair: ScorerPair, decision: GateDecision) -> dict[str, Any]:
+        return {"scorer": pair.name, "role": pair.role or "secondary", **decision.to_json()}
+
+    if not args.all_scorers:
+        ((pair, decision),) = decisions
+        return one(pair, decision)
+    return {
+        "passed": all(d.passed for _, d in decisions),
+        "threshold": args.threshold,
+        "failed": [p.name for p, d in decisions if not d.passed],
+        "decisions": [one(p, d) for p, d in decisions],
+        "not_gated": skipped,
+    }

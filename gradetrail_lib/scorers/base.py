@@ -49,7 +49,7 @@ class ScoreInput:
 
     @property
     def messages(self) -> list[Message]:
-        return self.record.messages  # type: ignore[return-value]
+        return self.record.messages
 
 
 class Scorer(Protocol):

@@ -1,14 +1,20 @@
 """Exact match after the normalisations the spec turns on."""
 
 import re
-
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.request import Message
-from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, clip, field_value
+from gradetrail_lib.scorers.base import (
+    BaseScorer,
+    CallOutcome,
+    Score,
+    ScoreInput,
+    clip,
+    field_value,
+)
 from gradetrail_lib.scorers.registry import ScorerConfig
 
 

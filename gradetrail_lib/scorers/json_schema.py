@@ -12,7 +12,14 @@ from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.json_schemas import schema_problem
 from gradetrail_lib.request import Message
-from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, clip, field_value
+from gradetrail_lib.scorers.base import (
+    BaseScorer,
+    CallOutcome,
+    Score,
+    ScoreInput,
+    clip,
+    field_value,
+)
 from gradetrail_lib.scorers.registry import ScorerConfig
 
 if TYPE_CHECKING:
@@ -57,6 +64,7 @@ class Config(ScorerConfig):
 def build(config: Config, base_dir: Path) -> "JsonSchemaMatch":
     return JsonSchemaMatch(config, base_dir)
 
+
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
 
 
@@ -91,7 +99,7 @@ class JsonSchemaMatch(BaseScorer):
 
         self.config = config
         self.name = config.name
-        self._fixed: "jsonschema.Draft202012Validator | None" = None
+        self._fixed: jsonschema.Draft202012Validator | None = None
         if config.json_schema is not None:
             self._fixed = jsonschema.Draft202012Validator(config.json_schema)
         elif config.schema_path is not None:

@@ -86,9 +86,12 @@ class Grade(Strict):
                 raise ScoreFailed("judge_error", f"judge grade {grade!r} is not a number") from None
             if not low <= number <= high:
                 raise ScoreFailed(
-                    "judge_error", f"judge grade {number:g} is outside the scale [{low:g}, {high:g}]"
+                    "judge_error",
+                    f"judge grade {number:g} is outside the scale [{low:g}, {high:g}]",
                 )
-            return Score((number - low) / (high - low), f"judge grade {number:g} on [{low:g}, {high:g}]")
+            return Score(
+                (number - low) / (high - low), f"judge grade {number:g} on [{low:g}, {high:g}]"
+            )
         values = self.values if self.values is not None else DEFAULT_VALUES
         if grade not in values:
             known = ", ".join(sorted(values))

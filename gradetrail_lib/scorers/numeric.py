@@ -11,7 +11,14 @@ from pydantic import Field, ValidationInfo, field_validator
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.request import Message
-from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, clip, field_value
+from gradetrail_lib.scorers.base import (
+    BaseScorer,
+    CallOutcome,
+    Score,
+    ScoreInput,
+    clip,
+    field_value,
+)
 from gradetrail_lib.scorers.registry import ScorerConfig
 
 
@@ -42,6 +49,7 @@ class Config(ScorerConfig):
 
 def build(config: Config, base_dir: Path) -> "NumericMatch":
     return NumericMatch(config)
+
 
 # Thousands separators allowed only in groups of three: "1,234.5" but not "1,2".
 # A sign counts only where it cannot be a hyphen: "pages 10-12" ends with 12, not -12.

@@ -102,8 +102,10 @@ def load_function(ref: str, base_dir: Path) -> Callable[..., Any]:
         try:
             module = importlib.import_module(source)
         except Exception as exc:
-            raise ScorerLoadError(f"importing {source!r} raised {type(exc).__name__}: {exc}") from exc
-    function = getattr(module, name, None)
+            raise ScorerLoadError(
+                f"importing {source!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+    function: Callable[..., Any] | None = getattr(module, name, None)
     if function is None or not callable(function):
         raise ScorerLoadError(f"{source} has no function {name!r}")
     wanted = inspect.signature(function).parameters
@@ -116,8 +118,7 @@ def load_function(ref: str, base_dir: Path) -> Callable[..., Any]:
     ]
     if unknown:
         raise ScorerLoadError(
-            f"{name}() asks for {', '.join(unknown)}; a scorer may ask for "
-            + ", ".join(ARGUMENTS)
+            f"{name}() asks for {', '.join(unknown)}; a scorer may ask for " + ", ".join(ARGUMENTS)
         )
     return function
 
@@ -135,8 +136,10 @@ def to_score(value: Any) -> Score:
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"returned {value}, outside [0, 1]")
         return Score(float(value), reason or f"returned {value:g}")
-    raise TypeError(f"returned {type(value).__name__}; a scorer returns a bool, a number "
-                    "in [0, 1] or a (score, reason) pair")
+    raise TypeError(
+        f"returned {type(value).__name__}; a scorer returns a bool, a number "
+        "in [0, 1] or a (score, reason) pair"
+    )
 
 
 class PythonScorer(BaseScorer):

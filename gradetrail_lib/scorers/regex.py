@@ -22,7 +22,14 @@ from gradetrail_lib.config import check_template
 from gradetrail_lib.dataset import Sample
 from gradetrail_lib.render import Template, make_environment
 from gradetrail_lib.request import Message
-from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, clip, field_value
+from gradetrail_lib.scorers.base import (
+    BaseScorer,
+    CallOutcome,
+    Score,
+    ScoreInput,
+    clip,
+    field_value,
+)
 from gradetrail_lib.scorers.registry import ScorerConfig
 
 RegexFlag = Literal["IGNORECASE", "MULTILINE", "DOTALL", "VERBOSE", "ASCII"]
@@ -46,6 +53,7 @@ class Config(ScorerConfig):
 
 def build(config: Config, base_dir: Path) -> "RegexMatch":
     return RegexMatch(config)
+
 
 # Values inserted with {{ }} are literal text, so an answer like "3.5" or "(a)" means itself.
 _ENV = make_environment(finalize=lambda value: re.escape(str(value)))
@@ -110,7 +118,9 @@ class RegexMatch(BaseScorer):
         self.config = config
         self.name = config.name
         self._template = (
-            Template(config.pattern, f"{config.where}.pattern", _ENV) if config.pattern is not None else None
+            Template(config.pattern, f"{config.where}.pattern", _ENV)
+            if config.pattern is not None
+            else None
         )
         self._flags = reduce(lambda acc, f: acc | getattr(re, f), config.flags, re.NOFLAG)
         # re's own cache holds 512 patterns; a dataset has one per sample, rendered and

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.trace import Manifest, TraceRecord
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
+from gradetrail_lib.trace import Manifest, TraceRecord
 
 Verdict = Literal["A", "B", "no winner"]
 Key = tuple[str, int]
