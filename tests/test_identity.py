@@ -174,3 +174,42 @@ def test_requests_hash_ignores_the_url_trailing_slash_and_temperature_type(tmp_p
         "b.yaml",
     )
     assert requests_hash(a, a.spec.models[1]) == requests_hash(b, b.spec.models[1])
+
+
+JUDGED = SPEC.replace(
+    "scorer: {type: exact}",
+    """scorers:
+  - {name: answer, type: exact}
+  - {name: short, type: python, ref: "metrics.py:short"}
+  - name: correct
+    type: judge
+    prompt_file: judges/correct.j2
+    model: {provider: anthropic, name: claude-sonnet-4-6}""",
+)
+
+
+def test_judge_files_and_python_sources_enter_the_scorer_hash_and_identity(
+    base: LoadedSpec, tmp_path: Path
+) -> None:
+    (tmp_path / "judges").mkdir()
+    judge = tmp_path / "judges" / "correct.j2"
+    judge.write_text("Reference {{ answer }}\nResponse {{ response }}\nGRADE: C or I\n")
+    source = tmp_path / "metrics.py"
+    source.write_text("def short(response):\n    return len(response) < 10\n")
+    dataset = load_dataset(tmp_path / "data" / "x.jsonl").content_hash
+
+    def hashes() -> tuple[str, str, str, dict[str, str]]:
+        loaded = write_spec(tmp_path, JUDGED, "judged.yaml")
+        model = loaded.spec.models[0]
+        files = file_hashes(scorer_files(loaded))
+        return scorer_hash(loaded), run_identity(loaded, dataset), requests_hash(loaded, model), files
+
+    first = hashes()
+    assert set(first[3]) == {"judges/correct.j2", "metrics.py"}
+    judge.write_text(judge.read_text() + "Be strict.\n")
+    second = hashes()
+    source.write_text("def short(response):\n    return len(response) < 20\n")
+    third = hashes()
+    assert len({first[0], second[0], third[0]}) == 3, "scorer hash"
+    assert len({first[1], second[1], third[1]}) == 3, "identity"
+    assert first[2] == second[2] == third[2], "the requests of the model under test stay"

@@ -519,3 +519,74 @@ def test_jsonschema_is_imported_only_for_a_json_schema_scorer(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == imported
+
+
+# --- rouge_l, json_valid ---------------------------------------------------------------
+
+
+def test_rouge_l_matches_the_values_rouge_score_publishes():
+    from gradetrail_lib.scorers.rouge_l import rouge_l
+
+    # rouge-score's README: target "The quick brown fox jumps over the lazy dog",
+    # prediction "The quick brown dog jumps on the log." gives rougeL
+    # precision 0.625, recall 0.5556, fmeasure 0.5882.
+    p, r, f = rouge_l("The quick brown fox jumps over the lazy dog",
+                      "The quick brown dog jumps on the log.")  # fmt: skip
+    assert (p, r) == (0.625, 5 / 9)
+    assert f == pytest.approx(0.5882352941176471)
+    assert rouge_l("a b c", "x y") == (0.0, 0.0, 0.0)
+    assert rouge_l("", "anything") == (0.0, 0.0, 0.0)
+    result = score({"type": "rouge_l"}, "The cat, sat!", answer="the cat sat")
+    assert result.value == 1.0 and "ROUGE-L F 1.0000" in result.reason
+
+
+def test_rouge_l_lcs_against_a_brute_force_on_random_token_lists():
+    from itertools import combinations
+
+    from gradetrail_lib.scorers.rouge_l import lcs_length
+
+    rng = random.Random(7)
+    for _ in range(200):
+        a = [rng.choice("abc") for _ in range(rng.randint(0, 7))]
+        b = [rng.choice("abc") for _ in range(rng.randint(0, 7))]
+        subsequences = {tuple(c) for k in range(len(a) + 1) for c in combinations(a, k)}
+        brute = max(
+            len(s) for s in subsequences
+            if any(list(s) == list(c) for c in combinations(b, len(s)))
+        )  # fmt: skip
+        assert lcs_length(a, b) == brute
+
+
+def test_json_valid():
+    assert score({"type": "json_valid"}, '{"a": [1, 2]}').value == 1.0
+    assert score({"type": "json_valid"}, '```json\n{"a": 1}\n```').value == 1.0
+    bad = score({"type": "json_valid"}, '{"a": ')
+    assert bad.value == 0.0 and bad.reason.startswith("not JSON")
+
+
+# --- judge grades ----------------------------------------------------------------------
+
+
+def test_judge_grade_letters_and_scales():
+    from gradetrail_lib.scorers.base import ScoreFailed
+    from gradetrail_lib.scorers.judge import Grade
+
+    letters = Grade()
+    assert letters.to_score("fine. GRADE: C").value == 1.0
+    assert letters.to_score("GRADE:P").value == 0.5
+    assert letters.to_score("GRADE: I").value == 0.0
+    with pytest.raises(ScoreFailed) as unknown:
+        letters.to_score("GRADE: X")
+    assert unknown.value.kind == "judge_error" and "not one of C, I, P" in unknown.value.reason
+    with pytest.raises(ScoreFailed, match="does not match"):
+        letters.to_score("no grade here")
+    scale = Grade(pattern=r"SCORE:\s*(\d+)", scale=(1, 10))
+    assert scale.to_score("SCORE: 1").value == 0.0
+    assert scale.to_score("SCORE: 10").value == 1.0
+    assert scale.to_score("SCORE: 4").value == pytest.approx(1 / 3)
+    with pytest.raises(ScoreFailed, match="outside the scale"):
+        scale.to_score("SCORE: 11")
+    with pytest.raises(ValueError, match="values or scale"):
+        Grade(values={"A": 1.0}, scale=(0, 1))
+    with pytest.raises(ValueError, match="needs a group"):
+        Grade(pattern="GRADE")

@@ -326,3 +326,59 @@ def test_seed_with_an_anthropic_model_is_rejected_at_load(tmp_path: Path) -> Non
     )
     with pytest.raises(InputError, match=r"s\.yaml:6: params: seed is not a parameter"):
         load_spec(path)
+
+
+# --- several scorers, the model shorthand, the scripted provider --------------------------
+
+MULTI = """\
+name: multi
+dataset: {path: data/x.jsonl}
+prompt: "{{ question }}"
+model: {provider: scripted, name: echo, answer_field: answer}
+scorers:
+  - {name: a, type: exact}
+  - {name: b, type: regex, flags: [NOPE]}
+  - {name: a, type: json_valid}
+"""
+
+
+def test_several_scorers_and_a_single_model(tmp_path: Path) -> None:
+    path = write(tmp_path, MULTI.replace("flags: [NOPE]", "flags: [IGNORECASE]").replace(
+        "{name: a, type: json_valid}", "{name: c, type: json_valid}"))  # fmt: skip
+    spec = load_spec(path).spec
+    assert [s.name for s in spec.scorers] == ["a", "b", "c"] and spec.primary_scorer == "a"
+    assert [m.name for m in spec.models] == ["echo"] and spec.models[0].provider == "scripted"
+    # The shorthand hashes as the list it stands for.
+    from gradetrail_lib.spec import spec_document_fields
+
+    fields = spec_document_fields(spec)
+    assert "model" not in fields and fields["models"][0]["name"] == "echo"
+
+
+VALID_MULTI = MULTI.replace("flags: [NOPE]", "flags: [IGNORECASE]")
+
+
+def test_scorer_errors_name_the_entry(tmp_path: Path) -> None:
+    err = load_error(write(tmp_path, MULTI))
+    assert_error(err, tmp_path / "x.yaml", 7, "scorers[1].flags[0]", "Input should be")
+    err = load_error(write(tmp_path, VALID_MULTI))
+    assert_error(err, tmp_path / "x.yaml", 5, "scorers", "scorer names must be unique: a")
+
+
+def test_a_scorers_entry_needs_a_name(tmp_path: Path) -> None:
+    err = load_error(write(tmp_path, VALID_MULTI.replace("name: b, ", "")))
+    assert "every entry of scorers needs a name (entry 1 has none)" in str(err)
+
+
+def test_the_shorthand_scorer_is_named_score(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, BASE)).spec
+    assert [s.name for s in spec.scorers] == ["score"]
+
+
+def test_scripted_models_need_exactly_one_answer(tmp_path: Path) -> None:
+    both = VALID_MULTI.replace("name: a, type: json_valid", "name: c, type: json_valid")
+    err = load_error(write(tmp_path, both.replace("answer_field: answer", "text: x, answer_field: a")))
+    assert "scripted needs exactly one of answer_field, text" in str(err)
+    err = load_error(write(tmp_path, BASE.replace(
+        "name: claude-sonnet-4-6}", "name: claude-sonnet-4-6, text: hi}")))  # fmt: skip
+    assert "answer_field and text are settings of provider scripted only" in str(err)
