@@ -1,6 +1,7 @@
 """The shipped offline model, for real, through `gradetrail run` (a few samples)."""
 
 import json
+import shutil
 from pathlib import Path
 
 from tests.conftest import REPO, needs_local_model, read_results, run_cli
@@ -14,6 +15,8 @@ def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
     data.write_text("\n".join(shipped[:4]) + "\n")
     spec_text = (REPO / "specs" / "capitals.yaml").read_text()
     (tmp_path / "capitals.yaml").write_text(spec_text)
+    for folder in ("judges", "scorers"):  # the judge prompt and the Python scorer
+        shutil.copytree(REPO / "specs" / folder, tmp_path / folder)
     cache = ["--cache", str(tmp_path / "cache.duckdb")]
 
     cold = run_cli("run", "capitals.yaml", *cache, cwd=tmp_path, timeout=300)
@@ -21,6 +24,7 @@ def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
     counts = "scored=4, provider_error=0, scorer_error=0, judge_error=0"
     assert f"Samples: 4 ({counts})" in cold.stdout
     assert "Cache hits: 0/4" in cold.stdout
+    assert "Judge: 4 calls, 0 cache hits, 0 errors" in cold.stdout
     assert "Cost: $0.000000" in cold.stdout
     rows = read_results(tmp_path / "results")
     assert all(r["response"] and r["stop_reason"] in ("stop", "max_tokens") for r in rows)
@@ -33,6 +37,8 @@ def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
     warm = run_cli("run", "capitals.yaml", *cache, cwd=tmp_path, timeout=120)
     assert warm.returncode == 0, warm.stderr
     assert "Cache hits: 4/4" in warm.stdout
+    assert "Judge: 0 calls, 4 cache hits" in warm.stdout
     for row in rows:
-        row["calls"][0]["cache_hit"] = True  # type: ignore[index]
+        for call in row["calls"]:  # type: ignore[attr-defined]
+            call["cache_hit"] = True
     assert read_results(tmp_path / "results") == rows

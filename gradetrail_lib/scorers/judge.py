@@ -40,6 +40,8 @@ class Grade(Strict):
     pattern: str = r"GRADE:\s*([A-Z])"
     values: dict[str, float] | None = None
     scale: tuple[float, float] | None = None
+    # Whether "Yes" and "yes" are different grades (for `values`).
+    case_sensitive: bool = True
 
     @field_validator("pattern")
     @classmethod
@@ -93,6 +95,9 @@ class Grade(Strict):
                 (number - low) / (high - low), f"judge grade {number:g} on [{low:g}, {high:g}]"
             )
         values = self.values if self.values is not None else DEFAULT_VALUES
+        if not self.case_sensitive:
+            values = {k.lower(): v for k, v in values.items()}
+            grade = grade.lower()
         if grade not in values:
             known = ", ".join(sorted(values))
             raise ScoreFailed("judge_error", f"judge grade {grade!r} is not one of {known}")
