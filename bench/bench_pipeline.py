@@ -159,7 +159,7 @@ def warm_ratios(n: int, workdir: Path, url: str, repeats: int = 5) -> None:
     spec = write_spec(case / "add.yaml", base_url=url, scorer=NUMERIC)
     run = [*GRADETRAIL, "run", str(spec), "--cache", str(case / "c.duckdb")]
     out = timed([*run, "--concurrency", "64"], case)[1]  # seed
-    assert manifest_of(out, case)["calls"] == n
+    assert manifest_of(out, case)["target"]["calls"] == n  # type: ignore[index]
     version, warm, rescore = [], [], []
     for _ in range(repeats):
         version.append(timed([*GRADETRAIL, "--version"], case)[0])
@@ -168,7 +168,7 @@ def warm_ratios(n: int, workdir: Path, url: str, repeats: int = 5) -> None:
         write_spec(case / "add.yaml", base_url=url, scorer=REGEX)
         wall, out = timed(run, case)
         rescore.append(wall)
-        assert manifest_of(out, case)["calls"] == 0  # a re-score sends nothing
+        assert manifest_of(out, case)["target"]["calls"] == 0  # type: ignore[index]
         write_spec(case / "add.yaml", base_url=url, scorer=NUMERIC)
         timed(run, case)  # back to the first scorer, so the next warm run is a re-run
     base = statistics.median(version)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Protocol
 
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache import ResponseCache
@@ -23,9 +24,13 @@ from gradetrail_lib.spec import LoadedSpec, ModelConfig
 
 # Reported after each finished request: (done, total).
 Progress = Callable[[int, int], None]
-# Called with each target response as soon as it is known (cached or new), and whether
-# it came from the cache; called from the sending thread.
-OnResponse = Callable[[str, ModelResponse, bool], None]
+class ResponseListener(Protocol):
+    """Sees each target response as soon as it is known: the cached ones at once, each
+    new one as it arrives (called from the sending thread)."""
+
+    def on_cached(self, responses: dict[str, ModelResponse]) -> None: ...
+
+    def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None: ...
 
 
 # Not frozen, for speed: one per sample.
@@ -175,13 +180,13 @@ def fetch_responses(
     read_cache: bool = True,
     looked_up: CacheLookup | None = None,
     progress: Progress | None = None,
-    on_response: OnResponse | None = None,
+    listener: ResponseListener | None = None,
 ) -> Responses:
     """Look every key up; call the provider for the misses only, caching each on arrival.
 
     `looked_up` is the plan's `look_up` when the caller made it already (to know before
     this step whether anything is to be sent); its time counts as this step's.
-    `on_response` sees each response as soon as it is known (to start judging it)."""
+    `listener` sees each response as soon as it is known (to start judging it)."""
     started = time.perf_counter() - (looked_up.wall_s if looked_up else 0.0)
     if plan.model.provider == "local":
         # llama.cpp's server answers one request at a time; more would only queue there
@@ -193,9 +198,8 @@ def fetch_responses(
         found = looked_up or look_up(plan, cache)
         result.responses = dict(found.responses)
         result.cache_hits = set(result.responses)
-        if on_response is not None:
-            for key, response in result.responses.items():
-                on_response(key, response, True)
+        if listener is not None:
+            listener.on_cached(result.responses)
     missing = [r for k, r in unique.items() if k not in result.responses]
     total = len(unique)
     if progress:
@@ -211,8 +215,8 @@ def fetch_responses(
                 result.responses[request.key] = outcome
                 if writer is not None:
                     writer.put(request, outcome)
-                if on_response is not None:
-                    on_response(request.key, outcome, False)
+                if listener is not None:
+                    listener.on_response(request.key, outcome, False)
             if progress:
                 progress(len(result.responses) + len(result.errors), total)
             if writer is not None and result.calls == len(live):

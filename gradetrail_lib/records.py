@@ -7,8 +7,6 @@ arrive, so judging overlaps with sending) and by the Dagster scores asset (fed t
 responses asset's output at once)."""
 
 import asyncio
-import inspect
-import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
@@ -59,13 +57,28 @@ class Scoring:
         self._requests: dict[int, list[list[ModelRequest]]] = {}
         self._callers = [i for i, s in enumerate(plan.scorers) if s.makes_calls]
         self._stage = CallStage(cache, backend, read_cache=read_cache) if self._callers else None
-        self._lock = threading.Lock()
+        self._delivered: set[str] = set()
 
     def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None:
+        if self._stage is not None:
+            self._stage.submit(self._start(key, response, cache_hit))
+        else:
+            self._start(key, response, cache_hit)
+
+    def on_cached(self, responses: dict[str, ModelResponse]) -> None:
+        """The responses found in the cache, at once (their scorer calls in one batch)."""
+        requests = [r for k, v in responses.items() for r in self._start(k, v, True)]
+        if self._stage is not None:
+            self._stage.submit(requests)
+
+    def _start(self, key: str, response: ModelResponse, cache_hit: bool) -> list[ModelRequest]:
+        """Starts the records `key` answers; returns the scorer requests they need."""
+        if key in self._delivered:
+            return []
+        self._delivered.add(key)
         plan = self.plan
+        requests: list[ModelRequest] = []
         for position in plan.items_by_key.get(key, ()):
-            if self._records[position] is not None:
-                continue
             item = plan.items[position]
             record = self._start_record(item, response, cache_hit)
             self._records[position] = record
@@ -74,12 +87,18 @@ class Scoring:
             scoring = ScoreInput(item.sample, response.text, record)
             named = [[] if not s.makes_calls else s.requests(scoring) for s in plan.scorers]
             self._requests[position] = named
-            self._stage.submit([r for requests in named for r in requests])
+            for listed in named:
+                requests.extend(listed)
+        return requests
 
     def feed(self, responses: Responses) -> None:
         """Every response of the step not seen yet (all of them, in Dagster)."""
-        for key, response in responses.responses.items():
-            self.on_response(key, response, key in responses.cache_hits)
+        fresh = {k: v for k, v in responses.responses.items() if k not in self._delivered}
+        cached = {k: v for k, v in fresh.items() if k in responses.cache_hits}
+        self.on_cached(cached)
+        for key, response in fresh.items():
+            if key not in cached:
+                self.on_response(key, response, False)
 
     def finish(self, responses: Responses) -> ScoredRun:
         self.feed(responses)
@@ -172,7 +191,7 @@ class Scoring:
                 record.calls.append(self._scorer_call(scorer.name, request, outcome, calls))
             try:
                 result = scorer.score(scoring, outcomes)
-                if inspect.isawaitable(result):
+                if not isinstance(result, Score):  # an awaitable (an async Python scorer)
                     record.scores[scorer.name] = _PENDING
                     pending.append((record, scorer.name, result))
                     continue

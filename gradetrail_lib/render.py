@@ -1,6 +1,6 @@
 """Rendering prompts from sample fields (jinja2, StrictUndefined)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -79,6 +79,25 @@ class Template:
             raise InputError(
                 dataset_path, sample.line, self._what, f"sample {sample.id!r}: {exc}"
             ) from exc
+
+    def check(
+        self, sample: Sample, dataset_path: str, provided: Mapping[str, Any] | None = None
+    ) -> None:
+        """Raise as render() would for this sample (with `provided` names added to its
+        fields), without rendering when the template only substitutes names."""
+        provided = provided or {}
+        if self._parts is None:
+            self.render(Sample(sample.id, {**sample.fields, **provided}, sample.line), dataset_path)
+            return
+        for part in self._parts:
+            if isinstance(part, str):
+                continue
+            name = part.name
+            if name not in sample.fields and name not in provided and name not in self._globals:
+                raise InputError(
+                    dataset_path, sample.line, self._what,
+                    f"sample {sample.id!r}: '{name}' is undefined",
+                )  # fmt: skip
 
     def _substitute(self, parts: list[str | nodes.Name], sample: Sample, dataset_path: str) -> str:
         fields, finalize = sample.fields, self._finalize

@@ -83,7 +83,7 @@ def run_model(
         read_cache=read_cache,
         looked_up=looked_up,
         progress=progress,
-        on_response=scoring.on_response,
+        listener=scoring,
     )
     scoring_started = time.perf_counter()
     scored = scoring.finish(responses)

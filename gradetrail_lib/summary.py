@@ -106,17 +106,18 @@ def format_cost(totals: CallTotals) -> str:
 
 def format_summary(records: Sequence[TraceRecord], summary: RunSummary, wall_s: float) -> str:
     """What `gradetrail run` prints: every scorer's mean and pass rate with interval and n."""
-    from gradetrail_lib.stats import describe, run_stats  # here: stats imports this module
+    # Here: stats imports this module.
+    from gradetrail_lib.stats.run_stats import describe, scorer_estimates
 
     counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
     lines = [f"Samples: {summary.samples} ({counts})"]
     for index, (name, figures) in enumerate(summary.scorers.items()):
-        stats = run_stats(records, name)
+        stats = scorer_estimates(records, name, threshold=DEFAULT_THRESHOLD)
         primary = " (primary)" if index == 0 else ""
         unscored = f"; {stats.unscored} unscored count as failures" if stats.unscored else ""
         lines.append(
             f"Scorer {name} [{figures.type}]{primary}: mean {describe(stats.mean_score)}; "
-            f"pass rate (score >= {stats.threshold:g}) {describe(stats.pass_rate)}{unscored}"
+            f"pass rate (score >= {DEFAULT_THRESHOLD:g}) {describe(stats.pass_rate)}{unscored}"
         )
     target, judge = summary.target, summary.judge
     lines += [

@@ -202,7 +202,12 @@ def test_judge_files_and_python_sources_enter_the_scorer_hash_and_identity(
         loaded = write_spec(tmp_path, JUDGED, "judged.yaml")
         model = loaded.spec.models[0]
         files = file_hashes(scorer_files(loaded))
-        return scorer_hash(loaded), run_identity(loaded, dataset), requests_hash(loaded, model), files
+        return (
+            scorer_hash(loaded),
+            run_identity(loaded, dataset),
+            requests_hash(loaded, model),
+            files,
+        )
 
     first = hashes()
     assert set(first[3]) == {"judges/correct.j2", "metrics.py"}

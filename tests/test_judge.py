@@ -44,6 +44,7 @@ def write_judged_spec(
     extra_judge: str = "",
     max_tokens: int = 16,
 ) -> Path:
+    judge_url = judge_base_url or base_url
     (tmp_path / "judges").mkdir(exist_ok=True)
     prompt = tmp_path / "judges" / "correct.j2"
     if not prompt.exists():
@@ -60,7 +61,7 @@ scorers:
   - name: correct
     type: judge
     prompt_file: judges/correct.j2
-    model: {{provider: openai_compatible, name: {judge_model}, base_url: "{judge_base_url or base_url}"}}
+    model: {{provider: openai_compatible, name: {judge_model}, base_url: "{judge_url}"}}
     params: {{temperature: 0, max_tokens: 32}}{extra_judge}
 """
     )

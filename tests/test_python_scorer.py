@@ -12,7 +12,7 @@ from gradetrail_lib.identity import run_identity, scorer_hash
 from gradetrail_lib.spec import load_spec
 from tests.conftest import run_cli
 
-SCORERS = '''
+SCORERS = """
 import asyncio
 
 def exact(response, sample):
@@ -32,7 +32,7 @@ def picky(sample):
 
 def too_big(response):
     return 7
-'''
+"""
 
 
 def project(tmp_path: Path, scorers: str) -> Path:
@@ -81,7 +81,7 @@ def test_python_scorers_return_bools_numbers_pairs_and_may_be_async(tmp_path: Pa
     assert done.summary.scorers["picky"].errors == 1
 
 
-def test_a_missing_file_or_function_is_a_load_error_naming_the_spec_line(tmp_path: Path) -> None:
+def test_a_missing_file_or_function_is_a_load_error_naming_its_line(tmp_path: Path) -> None:
     spec = project(tmp_path, '  - {name: a, type: python, ref: "scorers/mine.py:exact"}\n'
                              '  - {name: b, type: python, ref: "scorers/mine.py:absent"}\n')  # fmt: skip
     with pytest.raises(InputError) as caught:

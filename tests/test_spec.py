@@ -377,7 +377,9 @@ def test_the_shorthand_scorer_is_named_score(tmp_path: Path) -> None:
 
 def test_scripted_models_need_exactly_one_answer(tmp_path: Path) -> None:
     both = VALID_MULTI.replace("name: a, type: json_valid", "name: c, type: json_valid")
-    err = load_error(write(tmp_path, both.replace("answer_field: answer", "text: x, answer_field: a")))
+    err = load_error(
+        write(tmp_path, both.replace("answer_field: answer", "text: x, answer_field: a"))
+    )
     assert "scripted needs exactly one of answer_field, text" in str(err)
     err = load_error(write(tmp_path, BASE.replace(
         "name: claude-sonnet-4-6}", "name: claude-sonnet-4-6, text: hi}")))  # fmt: skip

@@ -118,5 +118,7 @@ def test_a_completed_run_reads_back_record_for_record(tmp_path: Path) -> None:
     run = load_run(done.run_dir)
     assert run.records == done.records
     assert run.manifest == done.manifest
-    assert run.manifest.scorer_names == ["exact", "valid"] and run.manifest.primary_scorer == "exact"
+    assert (
+        run.manifest.scorer_names == ["exact", "valid"] and run.manifest.primary_scorer == "exact"
+    )
     assert [r.score_of("exact") for r in run] == [1.0] * 5

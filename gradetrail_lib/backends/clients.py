@@ -1,7 +1,7 @@
 """The sending half shared by the asyncio backend and each Ray worker.
 
 One `StreamTransport`: a connection per request in flight, kept alive between requests.
-(httpx's default pool slows down sharply with many requests in flight, notes/FACTS.md;
+(httpx's default pool slows down sharply with many requests in flight, docs/performance.md;
 this transport has no pool to contend for.)
 """
 

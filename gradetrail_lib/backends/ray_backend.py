@@ -39,7 +39,7 @@ from gradetrail_lib.request import ModelRequest
 log = logging.getLogger(__name__)
 
 # Ray's single-machine mode: with it, every Ray process binds and connects on 127.0.0.1
-# (notes/FACTS.md); without it a local node uses the machine's external address.
+# (docs/performance.md); without it a local node uses the machine's external address.
 # Ray reads it when `ray` is imported, and its child processes inherit it.
 SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"

@@ -1,7 +1,7 @@
 """An httpx transport for HTTP/1.1 over plain asyncio streams, parsed by httptools.
 
 httpx's default transport (httpcore on anyio) costs about 0.7 ms of CPU per request on
-these machines, and its pool degrades with many requests in flight (notes/FACTS.md);
+these machines, and its pool degrades with many requests in flight (docs/performance.md);
 at 64 in flight that CPU alone stretches every 200 ms round by tens of milliseconds.
 Framing with h11 instead still cost ~150 us a request in its pure-Python state machine;
 httptools (llhttp, the parser uvicorn uses) parses an answer in ~3 us. The request head

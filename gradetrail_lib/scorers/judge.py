@@ -159,9 +159,11 @@ class JudgeScorer(BaseScorer):
         return self._builder.build([{"role": "user", "content": prompt}], sample, dataset_path)
 
     def check(self, sample: Sample, messages: list[Message], dataset_path: str) -> None:
-        # Rendered once with an empty response, so that a field the prompt names and the
-        # sample lacks is an input error before any call, not a judge error after.
-        self._request(sample, "", messages, dataset_path)
+        # A field the prompt names and the sample lacks is an input error before any
+        # call, not a judge error after.
+        self._template.check(sample, dataset_path, {"response": "", "messages": messages})
+        if self.config.model.provider == "scripted":  # its answer_field must be there too
+            self._request(sample, "", messages, dataset_path)
 
     def requests(self, item: ScoreInput) -> list[ModelRequest]:
         try:

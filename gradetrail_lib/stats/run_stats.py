@@ -83,6 +83,33 @@ def latency_of(values: Sequence[float]) -> Latency:
     return Latency(len(values), p50, p90, p99)
 
 
+@dataclass(frozen=True)
+class ScorerEstimates:
+    """One scorer's pass rate and mean score, each with its interval and n."""
+
+    pass_rate: Estimate
+    mean_score: Estimate
+    unscored: int
+
+
+def scorer_estimates(
+    records: Sequence[TraceRecord],
+    scorer: str,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+    method: ProportionMethod = "wilson",
+    settings: BootstrapSettings | None = None,
+) -> ScorerEstimates:
+    scores = [s for r in records if (s := r.score_of(scorer)) is not None]
+    passed = sum(s >= threshold for s in scores)
+    return ScorerEstimates(
+        pass_rate=proportion(passed, len(records), confidence, method),
+        mean_score=mean_estimate(scores, confidence, method=method, settings=settings),
+        unscored=len(records) - len(scores),
+    )
+
+
 def run_stats(
     records: Sequence[TraceRecord],
     scorer: str,
@@ -93,7 +120,10 @@ def run_stats(
     settings: BootstrapSettings | None = None,
 ) -> RunStats:
     """The figures of `scorer` (a name the records' `scores` hold)."""
-    scores = [s for r in records if (s := r.score_of(scorer)) is not None]
+    figures = scorer_estimates(
+        records, scorer, threshold=threshold, confidence=confidence, method=method,
+        settings=settings,
+    )  # fmt: skip
     outcomes = Counter(r.outcome for r in records)
     target = call_totals(records, "target")
     latencies = [
@@ -106,11 +136,11 @@ def run_stats(
         failure_modes=dict(
             sorted(Counter(r.failure_mode for r in records if r.failure_mode).items())
         ),
-        unscored=len(records) - len(scores),
+        unscored=figures.unscored,
         truncated=sum(r.truncated for r in records),
         threshold=threshold,
-        pass_rate=proportion(sum(s >= threshold for s in scores), len(records), confidence, method),
-        mean_score=mean_estimate(scores, confidence, method=method, settings=settings),
+        pass_rate=figures.pass_rate,
+        mean_score=figures.mean_score,
         input_tokens=target.input_tokens,
         output_tokens=target.output_tokens,
         cost_usd=target.cost_usd,
