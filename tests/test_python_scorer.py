@@ -82,8 +82,11 @@ def test_python_scorers_return_bools_numbers_pairs_and_may_be_async(tmp_path: Pa
 
 
 def test_a_missing_file_or_function_is_a_load_error_naming_its_line(tmp_path: Path) -> None:
-    spec = project(tmp_path, '  - {name: a, type: python, ref: "scorers/mine.py:exact"}\n'
-                             '  - {name: b, type: python, ref: "scorers/mine.py:absent"}\n')  # fmt: skip
+    entries = (
+        '  - {name: a, type: python, ref: "scorers/mine.py:exact"}\n'
+        '  - {name: b, type: python, ref: "scorers/mine.py:absent"}\n'
+    )
+    spec = project(tmp_path, entries)
     with pytest.raises(InputError) as caught:
         load_spec(spec)
     assert caught.value.line == 7 and caught.value.field == "scorers[1].ref"
