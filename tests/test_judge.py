@@ -245,3 +245,25 @@ def test_judging_overlaps_the_targets_sending_on_its_own_slots(tmp_path: Path) -
     first_judge = min(t for t, m in arrivals if m == "judge-1")
     assert first_judge < last_target
     assert max_inflight > 4, "judge calls ran beside the target's 4, not in their slots"
+
+
+@pytest.mark.timeout(180)
+def test_judge_calls_go_through_the_ray_backend_too(tmp_path: Path, server: FakeLLMServer) -> None:
+    """With Ray the judge's misses are sent when the target's are done, by the same
+    backend (a local cluster the command starts); the records match the local backend's."""
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 8)
+    spec = write_judged_spec(tmp_path, f"{server.base_url}/v1")
+    args = ("--backend", "ray", "--workers", "1", "--results", str(tmp_path / "ray"))
+    done = run_cli("run", str(spec), "--cache", str(tmp_path / "ray.duckdb"), *args, cwd=tmp_path,
+                   timeout=170)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert calls_by_model(server) == {"fake-1": 8, "judge-1": 8}
+    local = run(tmp_path, spec)
+    assert local.returncode == 0, local.stderr
+    (ray_dir,) = (tmp_path / "ray").iterdir()
+    ray_records = load_run(ray_dir).records
+    local_records = load_run(tmp_path / run_dir(local)).records
+    assert [r.scores for r in ray_records] == [r.scores for r in local_records]
+    assert [[c.request_key for c in r.calls] for r in ray_records] == [
+        [c.request_key for c in r.calls] for r in local_records
+    ]
