@@ -1,13 +1,17 @@
 """The asset graph of one spec: dataset → responses → scores → stats → report.
 
 Every asset is partitioned by model (a dynamic partition per model name). Code versions
-make staleness honest: `responses` covers only what enters the requests, `scores` covers
-the scorer, and each asset reports a content hash of its output as its data version.
-The engine does the work; these functions only orchestrate and describe it.
+make staleness honest: `responses` covers only what enters the target's requests, `scores`
+covers every scorer (its config, a judge's prompt file and model, a Python scorer's
+source, a schema file), and each asset reports a content hash of its output as its data
+version. A judge's calls are made by `scores`, so a judge edit re-materializes scores and
+never responses. The engine does the work; these functions only orchestrate and describe it.
 """
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
 )
 from dagster_duckdb import DuckDBResource
 
+from gradetrail_assets.checks import check_specs, latest_data_version, score_checks
 from gradetrail_assets.leaderboard import build_leaderboard, leaderboard_metadata
 from gradetrail_assets.metadata import responses_metadata, scores_metadata, stats_metadata
 from gradetrail_assets.names import dagster_name, job_name, partitions_name
@@ -27,29 +32,28 @@ from gradetrail_assets.tables import (
     read_stats,
     replace_partition,
     score_rows,
-    stats_row,
+    stats_rows,
 )
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.identity import (
+    records_fingerprint,
     responses_fingerprint,
-    rows_fingerprint,
-    run_identity,
     scorer_hash,
     spec_requests_hash,
 )
 from gradetrail_lib.pipeline import EvalPlan, Responses, fetch_responses, load_spec_dataset, plan
+from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.report import write_report
-from gradetrail_lib.run import complete_run
+from gradetrail_lib.run import complete_run, score
 from gradetrail_lib.runs import load_run
 from gradetrail_lib.spec import LoadedSpec
 from gradetrail_lib.stats import run_stats
-from gradetrail_lib.summary import RunSummary
 
 DB_POOL = "gradetrail_duckdb"
 STEPS = ("dataset", "responses", "scores", "stats", "report")
 # Bumped by hand when the statistics or the report template change meaning.
-STATS_VERSION = "stats-1"
-REPORT_VERSION = "report-1"
+STATS_VERSION = "stats-2"  # 2: figures per scorer
+REPORT_VERSION = "report-2"  # 2: every scorer, a judge's calls apart
 
 # Carries an edit down the graph tick by tick: Dagster's staleness goes one edge deep.
 PROPAGATE = dg.AutomationCondition.eager() | dg.AutomationCondition.code_version_changed()
@@ -120,16 +124,18 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             metadata=responses_metadata(fetched, len(eval_plan.items)),
         )
 
-    check_names = ("provider_error_rate", "truncation_rate", "identity_recorded")
-
     @dg.asset(
         key=keys["scores"],
         ins={"responses": dg.AssetIn(keys["responses"])},
         code_version=scorer_hash(loaded),
         automation_condition=PROPAGATE,
         pool=DB_POOL,
-        check_specs=[dg.AssetCheckSpec(c, asset=keys["scores"]) for c in check_names],
-        description="Every response scored; writes the run directory and the `scores` table.",
+        check_specs=check_specs(keys["scores"]),
+        description=(
+            "Every response scored by every scorer of the spec; a judge's calls are made "
+            "here (through the response cache), never by `responses`. Writes the run "
+            "directory and the `scores` table (a row per sample and scorer)."
+        ),
         **common,
     )
     def scores(
@@ -138,20 +144,48 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         duckdb: DuckDBResource,
         responses: Responses,
     ) -> Iterator[dg.Output[str] | dg.AssetCheckResult]:
-        eval_plan = _plan_for(loaded, context.partition_key)
-        done = complete_run(eval_plan, responses, gradetrail.results_root())
-        identity = done.manifest["identity"]
-        replace_partition(
-            duckdb, "scores", SCORE_COLUMNS, spec.name, context.partition_key,
-            score_rows(spec.name, context.partition_key, identity, done.rows),
+        partition = context.partition_key
+        eval_plan = _plan_for(loaded, partition)
+        started_at = datetime.now(UTC)
+        prices = load_prices()
+        scoring_started = time.perf_counter()
+        scored = score(
+            eval_plan, responses, gradetrail.cache(), gradetrail.make_backend(), prices=prices
+        )
+        timings = {"responses": responses.wall_s, "scoring": time.perf_counter() - scoring_started}
+        done = complete_run(
+            eval_plan, responses, scored, gradetrail.results_root(),
+            started_at=started_at, prices=prices, timings=timings,
         )  # fmt: skip
-        # The run directory is what the steps downstream read.
+        judge = done.summary.judge
+        context.log.info(
+            f"judge calls: {judge.calls} sent, {judge.cache_hits} cache hits, "
+            f"{judge.errors} errors; no target call (responses made them)"
+        )
+        rebuilt = replace_partition(
+            duckdb, "scores", SCORE_COLUMNS, spec.name, partition,
+            score_rows(spec.name, partition, done.manifest, done.records),
+        )  # fmt: skip
+        if rebuilt:
+            context.log.warning("the scores table had an older layout; it was rebuilt")
+        # The run directory is what the steps downstream read; its name holds the
+        # identity, which the data version covers with the records.
         yield dg.Output(
             str(done.run_dir),
-            data_version=dg.DataVersion(rows_fingerprint(done.rows)),
-            metadata=scores_metadata(done.summary, done.rows, done.manifest, str(done.run_dir)),
+            data_version=dg.DataVersion(
+                hash_json(
+                    {
+                        "records": records_fingerprint(done.records),
+                        "identity": done.manifest.identity,
+                    }
+                )
+            ),
+            metadata=scores_metadata(done.summary, done.records, done.manifest, str(done.run_dir)),
         )
-        yield from _checks(eval_plan, done.summary, done.manifest, gradetrail)
+        dataset_version = latest_data_version(context.instance, keys["dataset"], partition)
+        yield from score_checks(
+            done.records, done.summary, done.manifest, gradetrail, dataset_version
+        )
 
     @dg.asset(
         key=keys["stats"],
@@ -159,23 +193,33 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         code_version=STATS_VERSION,
         automation_condition=PROPAGATE,
         pool=DB_POOL,
-        description="Pass rate and mean score with intervals and n, outcomes, tokens, cost, "
-        "latency percentiles; writes the `stats` table.",
+        description="Per scorer: pass rate and mean score with intervals and n; outcomes, "
+        "tokens, cost, latency percentiles; writes the `stats` table (a row per scorer).",
         **common,
     )
     def stats(
         context: dg.AssetExecutionContext, duckdb: DuckDBResource, scores: str
     ) -> dg.Output[str]:
         run = load_run(Path(scores))
-        figures = run_stats(run.rows)
-        replace_partition(
+        records = run.records
+        figures = {name: run_stats(records, name) for name in run.manifest.scorer_names}
+        rebuilt = replace_partition(
             duckdb, "stats", STATS_COLUMNS, spec.name, context.partition_key,
-            [stats_row(spec.name, context.partition_key, run, figures)],
+            stats_rows(spec.name, context.partition_key, run, figures),
         )  # fmt: skip
+        if rebuilt:
+            context.log.warning("the stats table had an older layout; it was rebuilt")
         return dg.Output(
             scores,
-            data_version=dg.DataVersion(hash_json(figures.to_json())),
-            metadata=stats_metadata(figures),
+            data_version=dg.DataVersion(
+                hash_json(
+                    {
+                        "identity": run.manifest.identity,
+                        "stats": {name: f.to_json() for name, f in figures.items()},
+                    }
+                )
+            ),
+            metadata=stats_metadata(figures, run.manifest.primary_scorer),
         )
 
     @dg.asset(
@@ -203,11 +247,12 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         deps=[dg.AssetDep(keys["stats"], partition_mapping=dg.AllPartitionMapping())],
         automation_condition=dg.AutomationCondition.eager(),
         pool=DB_POOL,
-        description="Every model of the spec ranked by pass rate, with intervals, n, and "
-        "paired verdicts (exact McNemar, bootstrap interval) between them.",
+        description="Every model of the spec ranked by the primary scorer's pass rate, with "
+        "intervals, n, the other scorers' pass rates, and paired verdicts on the primary "
+        "scorer (exact McNemar, bootstrap interval) between them.",
     )
     def leaderboard(duckdb: DuckDBResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        board = build_leaderboard(read_stats(duckdb, spec.name))
+        board = build_leaderboard(read_stats(duckdb, spec.name), spec.primary_scorer)
         return dg.MaterializeResult(
             data_version=dg.DataVersion(hash_json(board)),
             metadata=leaderboard_metadata(board),
@@ -221,36 +266,3 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     return SpecGraph(
         loaded, partitions, [dataset, responses, scores, stats, report, leaderboard], job
     )
-
-
-def _checks(
-    eval_plan: EvalPlan,
-    summary: RunSummary,
-    manifest: dict[str, Any],
-    settings: GradetrailResource,
-) -> list[dg.AssetCheckResult]:
-    n = summary.samples
-    errors = summary.outcomes.get("provider_error", 0)
-    truncated = summary.failure_modes.get("truncated", 0)
-    error_rate = errors / n if n else 0.0
-    truncation_rate = truncated / n if n else 0.0
-    expected_identity = run_identity(eval_plan.loaded, eval_plan.dataset.content_hash)
-    return [
-        dg.AssetCheckResult(
-            check_name="provider_error_rate",
-            passed=error_rate <= settings.max_provider_error_rate,
-            metadata={"rate": error_rate, "errors": errors, "n": n,
-                      "threshold": settings.max_provider_error_rate},
-        ),
-        dg.AssetCheckResult(
-            check_name="truncation_rate",
-            passed=truncation_rate <= settings.max_truncation_rate,
-            metadata={"rate": truncation_rate, "truncated": truncated, "n": n,
-                      "threshold": settings.max_truncation_rate},
-        ),
-        dg.AssetCheckResult(
-            check_name="identity_recorded",
-            passed=manifest.get("identity") == expected_identity,
-            metadata={"identity": manifest.get("identity", ""), "expected": expected_identity},
-        ),
-    ]  # fmt: skip

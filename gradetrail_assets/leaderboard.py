@@ -1,4 +1,5 @@
-"""The leaderboard of a spec: models ranked by pass rate, with paired verdicts."""
+"""The leaderboard of a spec: models ranked by the primary scorer's pass rate, with the
+other scorers' figures beside it and paired verdicts (on the primary scorer) between them."""
 
 from itertools import combinations
 from pathlib import Path
@@ -6,20 +7,56 @@ from typing import Any
 
 import dagster as dg
 
-from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.runs import load_run
+from gradetrail_lib.errors import InputError, NotComparable
+from gradetrail_lib.runs import Run, load_run
 from gradetrail_lib.stats import check_comparable, compare
 
+FIGURES = ("n", "passed", "pass_rate", "pass_low", "pass_high", "mean_score")
 
-def build_leaderboard(stats_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Plain data: the ranking, and a verdict for every pair of comparable runs."""
-    ranked = sorted(stats_rows, key=lambda r: (-(r["pass_rate"] or 0.0), r["model"]))
-    runs = {r["model"]: load_run(Path(r["run_dir"])) for r in ranked}
-    pairs = []
-    for a, b in combinations([r["model"] for r in ranked], 2):
+
+def _figures(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in FIGURES}
+
+
+def build_leaderboard(stats_rows: list[dict[str, Any]], primary: str) -> dict[str, Any]:
+    """Plain data: the ranking on scorer `primary` (the spec's primary scorer), every other
+    scorer's figures per model, and a verdict for every pair of comparable runs.
+
+    A model whose stats have no row for `primary` (written before the spec's scorers
+    changed) is listed last, without a rank figure, until its stats are re-materialized."""
+    by_model: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in stats_rows:
+        by_model.setdefault(row["model"], {})[row["scorer"]] = row
+    models = []
+    for model, rows in by_model.items():
+        main = rows.get(primary)
+        entry: dict[str, Any] = {"model": model, "scorer": primary}
+        entry.update(_figures(main) if main else dict.fromkeys(FIGURES))
+        entry["others"] = {name: _figures(r) for name, r in rows.items() if name != primary}
+        if main is None:
+            entry["missing"] = f"no figures for scorer {primary!r}; re-materialize its stats"
+        models.append(entry)
+    models.sort(key=lambda m: (m["pass_rate"] is None, -(m["pass_rate"] or 0.0), m["model"]))
+
+    runs: dict[str, Run] = {}
+    pairs: list[dict[str, Any]] = []
+    unreadable: dict[str, str] = {}
+    for m in models:
+        if "missing" in m:
+            continue
         try:
-            check_comparable(runs[a].manifest, runs[b].manifest, labels=(a, b))
-            result = compare(runs[a].rows, runs[b].rows, labels=(a, b))
+            runs[m["model"]] = load_run(Path(by_model[m["model"]][primary]["run_dir"]))
+        except InputError as exc:
+            unreadable[m["model"]] = str(exc)
+    ranked = [m["model"] for m in models if "missing" not in m]
+    for a, b in combinations(ranked, 2):
+        if a in unreadable or b in unreadable:
+            which = a if a in unreadable else b
+            pairs.append({"a": a, "b": b, "refused": f"{which}: {unreadable[which]}"})
+            continue
+        try:
+            check_comparable(runs[a].manifest, runs[b].manifest, primary, labels=(a, b))
+            result = compare(runs[a].records, runs[b].records, primary, labels=(a, b))
         except NotComparable as exc:
             pairs.append({"a": a, "b": b, "refused": str(exc)})
             continue
@@ -28,6 +65,7 @@ def build_leaderboard(stats_rows: list[dict[str, Any]]) -> dict[str, Any]:
             {
                 "a": a,
                 "b": b,
+                "scorer": primary,
                 "n": result.n,
                 "difference": result.difference.value,
                 "low": interval.low if interval else None,
@@ -37,24 +75,39 @@ def build_leaderboard(stats_rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "winner": {"A": a, "B": b}.get(result.verdict),
             }
         )
-    models = [
-        {k: r[k] for k in ("model", "n", "passed", "pass_rate", "pass_low", "pass_high")}
-        for r in ranked
-    ]
-    return {"models": models, "pairs": pairs}
+    others = sorted({name for m in models for name in m["others"]})
+    return {"primary": primary, "scorers": [primary, *others], "models": models, "pairs": pairs}
 
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
-    rows = "\n".join(
-        f"| {i} | {m['model']} | {m['passed']}/{m['n']} | {_fmt(m['pass_rate'])} "
-        f"| {_fmt(m['pass_low'])}–{_fmt(m['pass_high'])} |"
-        for i, m in enumerate(board["models"], start=1)
+def _rate(figures: dict[str, Any] | None) -> str:
+    if figures is None or figures["pass_rate"] is None:
+        return "n/a"
+    return (
+        f"{_fmt(figures['pass_rate'])} ({_fmt(figures['pass_low'])}–{_fmt(figures['pass_high'])})"
     )
-    table = "| rank | model | passed | pass rate | 95% CI |\n|---|---|---|---|---|\n" + rows
+
+
+def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
+    primary = board["primary"]
+    others = [s for s in board["scorers"] if s != primary]
+    header = f"| rank | model | passed ({primary}) | pass rate ({primary}) | 95% CI |" + "".join(
+        f" {name} pass rate (95% CI) |" for name in others
+    )
+    rule = "|---|---|---|---|---|" + "---|" * len(others)
+    lines = []
+    for i, m in enumerate(board["models"], start=1):
+        rank = "–" if "missing" in m else str(i)
+        passed = "n/a" if m["passed"] is None else f"{m['passed']}/{m['n']}"
+        lines.append(
+            f"| {rank} | {m['model']} | {passed} | {_fmt(m['pass_rate'])} "
+            f"| {_fmt(m['pass_low'])}–{_fmt(m['pass_high'])} |"
+            + "".join(f" {_rate(m['others'].get(name))} |" for name in others)
+        )
+    table = "\n".join([header, rule, *lines])
     verdicts = [
         f"| {p['a']} vs {p['b']} | refused: {p['refused']} | | |"
         if "refused" in p
@@ -65,11 +118,13 @@ def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
     ]
     if verdicts:
         table += (
-            "\n\n| pair (A vs B) | difference B−A | McNemar p | winner |\n|---|---|---|---|\n"
+            f"\n\nPaired on {primary}:\n\n"
+            "| pair (A vs B) | difference B−A | McNemar p | winner |\n|---|---|---|---|\n"
             + "\n".join(verdicts)
         )
     return {
         "leaderboard": dg.MetadataValue.md(table),
+        "primary_scorer": dg.MetadataValue.text(primary),
         "models": dg.MetadataValue.int(len(board["models"])),
         "board": dg.MetadataValue.json(board),
     }

@@ -1,13 +1,23 @@
-"""Materialization metadata: the figures a user reads in the Dagster UI."""
+"""Materialization metadata: the figures a user reads in the Dagster UI.
 
+Every scorer's figures are shown, the primary one first; the target's calls (made by the
+`responses` asset) and the judges' calls (made by the `scores` asset) are shown apart.
+Figures per scorer are also flat numbers keyed `<figure>[<scorer>]`, so the UI can plot
+each across materializations.
+"""
+
+from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
 
-from gradetrail_lib.pipeline import Responses, ResultRow
+from gradetrail_lib.pipeline import Responses
 from gradetrail_lib.pricing import format_usd
 from gradetrail_lib.stats import RunStats, describe
-from gradetrail_lib.summary import RunSummary
+from gradetrail_lib.summary import RunSummary, format_cost
+from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
+
+FAILURES_SHOWN = 20
 
 
 def responses_metadata(responses: Responses, total: int) -> dict[str, Any]:
@@ -25,57 +35,121 @@ def responses_metadata(responses: Responses, total: int) -> dict[str, Any]:
     }
 
 
+def _cell(text: str | None, limit: int = 80) -> str:
+    return (text or "")[:limit].replace("|", "/").replace("\n", " ")
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _calls_line(label: str, totals: CallTotals) -> str:
+    return (
+        f"**{label}**: {totals.calls} calls, {totals.cache_hits} cache hits, "
+        f"{totals.errors} errors; tokens {totals.input_tokens} in / {totals.output_tokens} "
+        f"out; cost {format_cost(totals)}"
+    )
+
+
 def scores_metadata(
-    summary: RunSummary, rows: list[ResultRow], manifest: dict[str, Any], run_dir: str
+    summary: RunSummary, records: Sequence[TraceRecord], manifest: Manifest, run_dir: str
 ) -> dict[str, Any]:
-    mean = "n/a" if summary.mean_score is None else f"{summary.mean_score:.4f}"
+    primary = manifest.primary_scorer
+    scorer_lines = "\n".join(
+        f"| {name}{' (primary)' if name == primary else ''} | {f.type} | {f.scored}/{f.n} "
+        f"| {f.errors} | {_fmt(f.mean)} | {f.passed} |"
+        for name, f in summary.scorers.items()
+    )
     outcome_lines = "\n".join(f"| {k} | {v} |" for k, v in summary.outcomes.items())
-    failures = [r for r in rows if r.failure_mode][:20]
+    failures = [r for r in records if r.failure_mode][:FAILURES_SHOWN]
     failure_lines = "\n".join(
-        f"| {r.id} | {r.failure_mode} | {r.reason[:80].replace('|', '/')} |" for r in failures
+        f"| {r.id} | {r.failure_mode} | {_cell(e.reason if (e := r.scores.get(primary)) else '')} |"
+        for r in failures
     )
     table = (
-        f"**Mean score** {mean} (n={summary.scored})\n\n| outcome | count |\n|---|---|\n"
-        f"{outcome_lines}\n\n"
-        + (f"| sample | failure | reason |\n|---|---|---|\n{failure_lines}\n" if failures else "")
+        "| scorer | type | scored | errors | mean | passed |\n|---|---|---|---|---|---|\n"
+        f"{scorer_lines}\n\n| outcome | count |\n|---|---|\n{outcome_lines}\n\n"
+        f"{_calls_line('Target (calls made by responses)', summary.target)}\n\n"
+        f"{_calls_line('Judges (calls made here)', summary.judge)}\n\n"
+        + (
+            f"| sample | failure ({primary}) | reason |\n|---|---|---|\n{failure_lines}\n"
+            if failures
+            else ""
+        )
     )
-    return {
+    target, judge = summary.target, summary.judge
+    primary_figures = summary.scorers[primary]
+    metadata: dict[str, Any] = {
         "summary": dg.MetadataValue.md(table),
         "samples": dg.MetadataValue.int(summary.samples),
-        "mean_score": dg.MetadataValue.float(summary.mean_score or 0.0),
+        "primary_scorer": dg.MetadataValue.text(primary),
+        "mean_score": dg.MetadataValue.float(primary_figures.mean or 0.0),
+        "scorers": dg.MetadataValue.json(
+            {name: f.model_dump(mode="json") for name, f in summary.scorers.items()}
+        ),
         "outcomes": dg.MetadataValue.json(summary.outcomes),
         "failure_modes": dg.MetadataValue.json(summary.failure_modes),
-        "input_tokens": dg.MetadataValue.int(summary.input_tokens),
-        "output_tokens": dg.MetadataValue.int(summary.output_tokens),
-        "cost": dg.MetadataValue.text(format_usd(summary.cost_usd)),
-        "cache_hits": dg.MetadataValue.int(summary.cache_hits),
-        "identity": dg.MetadataValue.text(manifest["identity"]),
+        # The target's figures keep their plain names; the judges' are prefixed.
+        "input_tokens": dg.MetadataValue.int(target.input_tokens),
+        "output_tokens": dg.MetadataValue.int(target.output_tokens),
+        "cost": dg.MetadataValue.text(format_usd(target.cost_usd)),
+        "cache_hits": dg.MetadataValue.int(target.cache_hits),
+        "judge_calls": dg.MetadataValue.int(judge.calls),
+        "judge_cache_hits": dg.MetadataValue.int(judge.cache_hits),
+        "judge_errors": dg.MetadataValue.int(judge.errors),
+        "judge_input_tokens": dg.MetadataValue.int(judge.input_tokens),
+        "judge_output_tokens": dg.MetadataValue.int(judge.output_tokens),
+        "judge_cost": dg.MetadataValue.text(format_usd(judge.cost_usd)),
+        "judge_cost_paid": dg.MetadataValue.text(format_usd(judge.cost_paid_usd)),
+        "identity": dg.MetadataValue.text(manifest.identity),
+        "scorer_hash": dg.MetadataValue.text(manifest.scorer_hash),
+        "dataset_hash": dg.MetadataValue.text(manifest.dataset.hash),
+        "served_models": dg.MetadataValue.json(manifest.model.served),
         "run_dir": dg.MetadataValue.path(run_dir),
     }
+    for name, f in summary.scorers.items():
+        metadata[f"mean_score[{name}]"] = dg.MetadataValue.float(f.mean or 0.0)
+        metadata[f"errors[{name}]"] = dg.MetadataValue.int(f.errors)
+    return metadata
 
 
-def stats_metadata(figures: RunStats) -> dict[str, Any]:
-    latency = figures.latency
+def _stats_lines(name: str, figures: RunStats, primary: bool) -> list[str]:
     lines = [
+        f"### {name}{' (primary)' if primary else ''}",
         f"**Pass rate** (score >= {figures.threshold:g}): {describe(figures.pass_rate)}",
         f"**Mean score**: {describe(figures.mean_score)}",
     ]
     if figures.unscored:
         lines.append(f"{figures.unscored} samples unscored, counted as failures")
+    return lines
+
+
+def stats_metadata(figures: dict[str, RunStats], primary: str) -> dict[str, Any]:
+    """`figures` per scorer; the plain `pass_rate` figures are the primary scorer's."""
+    main = figures[primary]
+    lines: list[str] = []
+    for name, stats in figures.items():
+        lines += _stats_lines(name, stats, name == primary)
+    latency = main.latency
     if latency.p50 is not None:
         lines.append(
             f"**Latency** p50 {latency.p50:.3f}s, p90 {latency.p90:.3f}s, "
             f"p99 {latency.p99:.3f}s (n={latency.n})"
         )
-    interval = figures.pass_rate.interval
-    return {
+    interval = main.pass_rate.interval
+    metadata: dict[str, Any] = {
         "summary": dg.MetadataValue.md("\n\n".join(lines)),
-        "pass_rate": dg.MetadataValue.float(figures.pass_rate.value or 0.0),
+        "primary_scorer": dg.MetadataValue.text(primary),
+        "pass_rate": dg.MetadataValue.float(main.pass_rate.value or 0.0),
         "pass_rate_low": dg.MetadataValue.float(interval.low if interval else 0.0),
         "pass_rate_high": dg.MetadataValue.float(interval.high if interval else 0.0),
-        "n": dg.MetadataValue.int(figures.samples),
-        "outcomes": dg.MetadataValue.json(figures.outcomes),
-        "cost": dg.MetadataValue.text(format_usd(figures.cost_usd)),
-        "cache_hits": dg.MetadataValue.int(figures.cache_hits),
-        "stats": dg.MetadataValue.json(figures.to_json()),
+        "n": dg.MetadataValue.int(main.samples),
+        "outcomes": dg.MetadataValue.json(main.outcomes),
+        "cost": dg.MetadataValue.text(format_usd(main.cost_usd)),
+        "cache_hits": dg.MetadataValue.int(main.cache_hits),
+        "stats": dg.MetadataValue.json({name: s.to_json() for name, s in figures.items()}),
     }
+    for name, stats in figures.items():
+        metadata[f"pass_rate[{name}]"] = dg.MetadataValue.float(stats.pass_rate.value or 0.0)
+        metadata[f"mean_score[{name}]"] = dg.MetadataValue.float(stats.mean_score.value or 0.0)
+    return metadata

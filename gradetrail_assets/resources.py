@@ -21,6 +21,8 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     ray_address: str | None = None
     max_provider_error_rate: float = 0.05
     max_truncation_rate: float = 0.10
+    # Per judge scorer: samples whose judge gave no usable grade, over the answered ones.
+    max_judge_error_rate: float = 0.05
 
     def cache(self) -> ResponseCache:
         return ResponseCache(Path(self.database))
@@ -49,4 +51,5 @@ def settings_from_environment() -> GradetrailResource:
         ray_address=env.get("RAY_ADDRESS") or None,
         max_provider_error_rate=float(env.get("GRADETRAIL_MAX_PROVIDER_ERROR_RATE", "0.05")),
         max_truncation_rate=float(env.get("GRADETRAIL_MAX_TRUNCATION_RATE", "0.10")),
+        max_judge_error_rate=float(env.get("GRADETRAIL_MAX_JUDGE_ERROR_RATE", "0.05")),
     )

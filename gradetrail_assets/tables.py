@@ -1,36 +1,75 @@
-"""Result tables in DuckDB, written per partition: delete and insert in one transaction."""
+"""Result tables in DuckDB, written per partition: delete and insert in one transaction.
 
-from collections.abc import Sequence
+`scores` holds one row per (sample, scorer), `stats` one row per scorer, each with the
+scorer's name and whether it is the spec's primary scorer; a table written by an older
+gradetrail (other columns) is derived data and is rebuilt when next written.
+"""
+
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import duckdb
 from dagster_duckdb import DuckDBResource
 
 from gradetrail_lib.duckdb_rows import Column, insert_rows
-from gradetrail_lib.pipeline import ResultRow
+from gradetrail_lib.pricing import sum_costs
 from gradetrail_lib.runs import Run
 from gradetrail_lib.stats import RunStats
+from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
+
+# `primary` is an SQL keyword: the name is quoted wherever it is written.
+PRIMARY = '"primary"'
 
 SCORE_COLUMNS: list[Column] = [
     ("spec", "VARCHAR"), ("model", "VARCHAR"), ("identity", "VARCHAR"), ("id", "VARCHAR"),
-    ("request_key", "VARCHAR"), ("score", "DOUBLE"), ("outcome", "VARCHAR"),
-    ("failure_mode", "VARCHAR"), ("reason", "VARCHAR"), ("stop_reason", "VARCHAR"),
-    ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("latency_s", "DOUBLE"),
-    ("cost_usd", "DOUBLE"), ("cache_hit", "BOOLEAN"),
+    ("repeat", "BIGINT"), ("scorer", "VARCHAR"), ("scorer_type", "VARCHAR"),
+    (PRIMARY, "BOOLEAN"), ("score", "DOUBLE"), ("passed", "BOOLEAN"), ("reason", "VARCHAR"),
+    ("error", "VARCHAR"), ("outcome", "VARCHAR"), ("failure_mode", "VARCHAR"),
+    ("request_key", "VARCHAR"), ("stop_reason", "VARCHAR"), ("input_tokens", "BIGINT"),
+    ("output_tokens", "BIGINT"), ("latency_s", "DOUBLE"), ("cost_usd", "DOUBLE"),
+    ("cache_hit", "BOOLEAN"), ("judge_calls", "BIGINT"), ("judge_errors", "BIGINT"),
+    ("judge_input_tokens", "BIGINT"), ("judge_output_tokens", "BIGINT"),
+    ("judge_cost_usd", "DOUBLE"),
 ]  # fmt: skip
 
 STATS_COLUMNS: list[Column] = [
     ("spec", "VARCHAR"), ("model", "VARCHAR"), ("identity", "VARCHAR"),
+    ("scorer", "VARCHAR"), ("scorer_type", "VARCHAR"), (PRIMARY, "BOOLEAN"),
     ("scorer_hash", "VARCHAR"), ("dataset_hash", "VARCHAR"), ("n", "BIGINT"),
     ("passed", "BIGINT"), ("pass_rate", "DOUBLE"), ("pass_low", "DOUBLE"),
     ("pass_high", "DOUBLE"), ("scored", "BIGINT"), ("mean_score", "DOUBLE"),
     ("mean_low", "DOUBLE"), ("mean_high", "DOUBLE"), ("confidence", "DOUBLE"),
+    ("threshold", "DOUBLE"), ("scorer_errors", "BIGINT"),
     ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("cost_usd", "DOUBLE"),
-    ("cache_hits", "BIGINT"), ("run_dir", "VARCHAR"),
+    ("cache_hits", "BIGINT"), ("judge_calls", "BIGINT"), ("judge_cache_hits", "BIGINT"),
+    ("judge_errors", "BIGINT"), ("judge_input_tokens", "BIGINT"),
+    ("judge_output_tokens", "BIGINT"), ("judge_cost_usd", "DOUBLE"), ("run_dir", "VARCHAR"),
 ]  # fmt: skip
 
 
 def _ddl(table: str, columns: Sequence[Column]) -> str:
     return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(f'{n} {t}' for n, t in columns)})"
+
+
+def _ensure_table(
+    connection: duckdb.DuckDBPyConnection, table: str, columns: Sequence[Column]
+) -> bool:
+    """Create the table, or rebuild it when an older gradetrail wrote it with other
+    columns (its rows are derived data, written again as partitions re-materialize).
+    Returns whether an older table was dropped."""
+    found = [
+        row[0]
+        for row in connection.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+    ]
+    rebuilt = bool(found) and found != [name.strip('"') for name, _ in columns]
+    if rebuilt:
+        connection.execute(f"DROP TABLE {table}")
+    connection.execute(_ddl(table, columns))
+    return rebuilt
 
 
 def replace_partition(
@@ -40,10 +79,11 @@ def replace_partition(
     spec: str,
     model: str,
     rows: Sequence[Sequence[Any]],
-) -> None:
-    """Swap the rows of one (spec, model) partition in a single transaction."""
+) -> bool:
+    """Swap the rows of one (spec, model) partition in a single transaction. Returns
+    whether an older table of other columns was dropped first."""
     with duckdb.get_connection() as connection:
-        connection.execute(_ddl(table, columns))
+        rebuilt = _ensure_table(connection, table, columns)
         connection.execute("BEGIN TRANSACTION")
         try:
             connection.execute(f"DELETE FROM {table} WHERE spec = ? AND model = ?", [spec, model])
@@ -52,40 +92,113 @@ def replace_partition(
         except BaseException:
             connection.execute("ROLLBACK")
             raise
+    return rebuilt
+
+
+def judge_totals(records: Iterable[TraceRecord], scorer: str | None = None) -> CallTotals:
+    """The judge calls of the records (of one scorer when named), counted as the run
+    summary counts them: distinct requests sent, cache hits, errors, tokens, cost."""
+    sent: set[str] = set()
+    hits = errors = tokens_in = tokens_out = 0
+    costs: list[float | None] = []
+    paid: list[float | None] = []
+    for record in records:
+        for call in record.calls:
+            if call.role != "judge" or (scorer is not None and call.scorer != scorer):
+                continue
+            if call.cache_hit:
+                hits += 1
+            else:
+                sent.add(call.request_key)
+            if call.error is not None:
+                errors += 1
+                continue
+            tokens_in += call.input_tokens or 0
+            tokens_out += call.output_tokens or 0
+            costs.append(call.cost_usd)
+            if not call.cache_hit:
+                paid.append(call.cost_usd)
+    return CallTotals(
+        calls=len(sent),
+        cache_hits=hits,
+        errors=errors,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        cost_usd=sum_costs(costs),
+        cost_paid_usd=sum_costs(paid),
+    )
 
 
 def score_rows(
-    spec: str, model: str, identity: str, rows: list[ResultRow]
+    spec: str, model: str, manifest: Manifest, records: Sequence[TraceRecord]
 ) -> list[tuple[Any, ...]]:
-    return [
-        (
-            spec, model, identity, r.id, r.request_key, r.score, r.outcome, r.failure_mode,
-            r.reason, r.stop_reason, r.input_tokens, r.output_tokens, r.latency_s, r.cost_usd,
-            r.cache_hit,
-        )
-        for r in rows
-    ]  # fmt: skip
+    """One row per (sample, scorer), in record order and the spec's scorer order; the
+    target call's figures repeat on each of a sample's rows, a judge's are its scorer's."""
+    primary = manifest.primary_scorer
+    kinds = [(s.name, s.type) for s in manifest.scorers]
+    rows = []
+    for r in records:
+        target = r.target
+        for name, kind in kinds:
+            entry = r.scores.get(name)
+            judged = [c for c in r.calls if c.role == "judge" and c.scorer == name]
+            judge_cost = sum_costs([c.cost_usd for c in judged if c.error is None])
+            rows.append(
+                (
+                    spec, model, manifest.identity, r.id, r.repeat, name, kind, name == primary,
+                    r.score_of(name), r.passes(name), entry.reason if entry else None,
+                    entry.error if entry else None, r.outcome, r.failure_mode,
+                    target.request_key if target else None, r.stop_reason,
+                    target.input_tokens if target else None,
+                    target.output_tokens if target else None,
+                    target.latency_s if target else None, target.cost_usd if target else None,
+                    target.cache_hit if target else None, len(judged),
+                    sum(c.error is not None for c in judged),
+                    sum(c.input_tokens or 0 for c in judged),
+                    sum(c.output_tokens or 0 for c in judged),
+                    judge_cost if judged else None,
+                )
+            )  # fmt: skip
+    return rows
 
 
 def read_stats(duckdb: DuckDBResource, spec: str) -> list[dict[str, Any]]:
+    """The spec's stats rows: per model, the primary scorer's first."""
     with duckdb.get_connection() as connection:
-        connection.execute(_ddl("stats", STATS_COLUMNS))
-        cursor = connection.execute("SELECT * FROM stats WHERE spec = ? ORDER BY model", [spec])
+        _ensure_table(connection, "stats", STATS_COLUMNS)
+        cursor = connection.execute(
+            f"SELECT * FROM stats WHERE spec = ? ORDER BY model, {PRIMARY} DESC, scorer", [spec]
+        )
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def stats_row(spec: str, model: str, run: Run, figures: RunStats) -> tuple[Any, ...]:
+def stats_rows(
+    spec: str, model: str, run: Run, figures: dict[str, RunStats]
+) -> list[tuple[Any, ...]]:
+    """One row per scorer, in the spec's order (the primary one first)."""
     manifest = run.manifest
-    passing, mean = figures.pass_rate, figures.mean_score
-    return (
-        spec, model, manifest["identity"], manifest.get("scorer_hash"),
-        manifest.get("dataset", {}).get("hash"), passing.n, passing.successes, passing.value,
-        passing.interval.low if passing.interval else None,
-        passing.interval.high if passing.interval else None,
-        mean.n, mean.value, mean.interval.low if mean.interval else None,
-        mean.interval.high if mean.interval else None,
-        passing.interval.confidence if passing.interval else None,
-        figures.input_tokens, figures.output_tokens, figures.cost_usd, figures.cache_hits,
-        str(run.path),
-    )  # fmt: skip
+    records = run.records
+    rows = []
+    for info in manifest.scorers:
+        stats = figures[info.name]
+        passing, mean = stats.pass_rate, stats.mean_score
+        judged = judge_totals(records, info.name)
+        scorer_errors = manifest.scores[info.name].errors if info.name in manifest.scores else None
+        rows.append(
+            (
+                spec, model, manifest.identity, info.name, info.type,
+                info.name == manifest.primary_scorer, info.hash, manifest.dataset.hash,
+                passing.n, passing.successes, passing.value,
+                passing.interval.low if passing.interval else None,
+                passing.interval.high if passing.interval else None,
+                mean.n, mean.value, mean.interval.low if mean.interval else None,
+                mean.interval.high if mean.interval else None,
+                passing.interval.confidence if passing.interval else None,
+                stats.threshold, scorer_errors,
+                stats.input_tokens, stats.output_tokens, stats.cost_usd, stats.cache_hits,
+                judged.calls, judged.cache_hits, judged.errors, judged.input_tokens,
+                judged.output_tokens, judged.cost_usd, str(run.path),
+            )
+        )  # fmt: skip
+    return rows

@@ -24,6 +24,7 @@ class ModelCost:
     role: Role = "target"
     samples: int = 0
     calls: int = 0  # answered calls
+    cache_hits: int = 0  # answered calls served from the cache (priced all the same)
     scored: int = 0
     passed: int = 0
     input_tokens: int = 0
@@ -52,6 +53,7 @@ class ModelCost:
             "role": self.role,
             "samples": self.samples,
             "calls": self.calls,
+            "cache_hits": self.cache_hits,
             "scored": self.scored,
             "passed": self.passed,
             "input_tokens": self.input_tokens,
@@ -72,8 +74,11 @@ class CostReport:
 
     @property
     def total_usd(self) -> float | None:
-        costs = [m.cost_usd for m in self.models]
-        return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+        return _total(self.models)
+
+    def total_of(self, role: Role) -> float | None:
+        """The total of the models under test (`target`) or of the judges (`judge`)."""
+        return _total([m for m in self.models if m.role == role])
 
     @property
     def unknown_prices(self) -> list[str]:
@@ -85,8 +90,14 @@ class CostReport:
             "effective_date": self.effective_date,
             "models": [m.to_json() for m in self.models],
             "total_usd": self.total_usd,
+            "total_by_role_usd": {role: self.total_of(role) for role in ("target", "judge")},
             "unknown_prices": self.unknown_prices,
         }
+
+
+def _total(models: Sequence[ModelCost]) -> float | None:
+    costs = [m.cost_usd for m in models]
+    return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
 
 
 def reprice(
@@ -115,15 +126,20 @@ def reprice(
             target.samples += 1
             target.scored += record.scored(primary)
             target.passed += record.passes(primary, threshold)
+            # A judge model counts a sample once, however many calls it made for it.
+            judged: set[tuple[str, str]] = set()
             for call in record.calls:
                 if call.role == "target":
                     billed = target
                 else:
                     billed = entry(call.provider, call.model, call.role)
-                    billed.samples += 1
+                    if (call.provider, call.model) not in judged:
+                        judged.add((call.provider, call.model))
+                        billed.samples += 1
                 if call.error is not None:
                     continue
                 billed.calls += 1
+                billed.cache_hits += call.cache_hit
                 billed.input_tokens += call.input_tokens or 0
                 billed.output_tokens += call.output_tokens or 0
                 cost = prices.cost(call.provider, call.model, call.input_tokens, call.output_tokens)
@@ -140,22 +156,32 @@ def format_cost(report: CostReport) -> str:
     lines = [
         f"Pricing {report.pricing_version} (effective {report.effective_date}); "
         "every answered call priced, cache hits included",
-        f"{'model':<40} {'calls':>6} {'tokens in':>10} {'tokens out':>10} {'cost':>12} "
-        f"{'per scored':>12} {'per passed':>12}",
+        f"{'model':<40} {'calls':>6} {'cached':>6} {'tokens in':>10} {'tokens out':>10} "
+        f"{'cost':>12} {'per scored':>12} {'per passed':>12}",
     ]
     for m in report.models:
+        # A judge scores no sample of its own: its cost per sample is the target's concern.
+        per_scored = usd(m.per(m.scored)) if m.role == "target" else "-"
+        per_passed = usd(m.per(m.passed)) if m.role == "target" else "-"
         lines.append(
-            f"{m.name:<40} {m.calls:>6} {m.input_tokens:>10} {m.output_tokens:>10} "
-            f"{usd(m.cost_usd):>12} {usd(m.per(m.scored)):>12} {usd(m.per(m.passed)):>12}"
+            f"{m.name:<40} {m.calls:>6} {m.cache_hits:>6} {m.input_tokens:>10} "
+            f"{m.output_tokens:>10} {usd(m.cost_usd):>12} {per_scored:>12} {per_passed:>12}"
         )
-    lines.append(f"Total: {usd(report.total_usd)}")
+    total = f"Total: {usd(report.total_usd)}"
+    if any(m.role == "judge" for m in report.models):
+        total += (
+            f" (models under test {usd(report.total_of('target'))}; "
+            f"judges {usd(report.total_of('judge'))})"
+        )
+    lines.append(total)
     for m in report.models:
         if m.role == "target":
-            lines.append(
-                f"  {m.name}: {m.scored} scored, {m.passed} passed of {m.samples} samples"
-            )
+            lines.append(f"  {m.name}: {m.scored} scored, {m.passed} passed of {m.samples} samples")
         else:
-            lines.append(f"  {m.name}: {m.calls} judge calls for {m.samples} samples")
+            lines.append(
+                f"  {m.name}: {m.calls} judge calls ({m.cache_hits} from the cache) "
+                f"for {m.samples} samples"
+            )
     if report.unknown_prices:
         lines.append(
             f"Unknown price in pricing {report.pricing_version}: "

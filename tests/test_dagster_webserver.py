@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from gradetrail_lib.identity import scorer_hash
+from gradetrail_lib.spec import load_spec
 from tests.conftest import REPO, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
 
@@ -21,7 +23,8 @@ LOCATION_QUERY = """
 """
 
 GRAPH_QUERY = """
-{ assetNodes { assetKey { path } groupName isPartitioned }
+{ assetNodes { assetKey { path } groupName isPartitioned opVersion
+    assetChecksOrError { ... on AssetChecks { checks { name } } } }
   repositoriesOrError { ... on RepositoryConnection { nodes {
     name schedules { name cronSchedule } sensors { name } } } } }
 """
@@ -62,7 +65,18 @@ def test_dagster_dev_serves_the_graph_schedule_and_sensors(
     specs = tmp_path / "specs"
     specs.mkdir()
     write_addition_dataset(specs / "data" / "add.jsonl", 4)
-    write_spec(specs / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    # A judge beside the primary scorer: its prompt file is read by the served location.
+    (specs / "judge.j2").write_text("Is {{ response }} right? GRADE: C or GRADE: I\n")
+    judge = "{provider: scripted, name: grader, text: 'GRADE: C'}"
+    spec = write_spec(specs / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    spec.write_text(
+        spec.read_text().replace(
+            "scorer: {type: numeric}",
+            "scorers:\n  - {name: num, type: numeric}\n"
+            f"  - {{name: j, type: judge, prompt_file: judge.j2, model: {judge}}}",
+        )
+    )
+    loaded = load_spec(spec)
     home = tmp_path / "dagster_home"
     home.mkdir()
     port = free_port()
@@ -87,6 +101,12 @@ def test_dagster_dev_serves_the_graph_schedule_and_sensors(
         for step in ("dataset", "responses", "scores"):
             assert nodes[f"add/{step}"]["groupName"] == "add"
             assert nodes[f"add/{step}"]["isPartitioned"]
+        scores = nodes["add/scores"]
+        assert scores["opVersion"] == scorer_hash(loaded)  # every scorer, judge file included
+        assert {c["name"] for c in scores["assetChecksOrError"]["checks"]} == {
+            "provider_error_rate", "truncation_rate", "judge_error_rate",
+            "served_model_matches", "dataset_hash_matches",
+        }  # fmt: skip
         (repo,) = data["repositoriesOrError"]["nodes"]
         assert {s["name"] for s in repo["schedules"]} == {"add__nightly"}
         assert {s["name"] for s in repo["sensors"]} >= {

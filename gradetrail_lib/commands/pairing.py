@@ -60,13 +60,18 @@ def scorer_pairs(
     names_a, names_b = a.scorer_names, b.scorer_names
     lead, follow = (names_a, names_b) if first == "a" else (names_b, names_a)
     ordered = lead + [n for n in follow if n not in lead]
+
+    def missing_from(name: str) -> str:
+        if name not in names_b:
+            return sides[1]
+        return sides[0] if name not in names_a else ""
+
     return [
         ScorerPair(
             name,
             name == a.primary_scorer,
             name == b.primary_scorer,
-            "" if name in names_a and name in names_b
-            else sides[1] if name in names_a else sides[0],
+            missing_from(name),
             sides,
             labels,
         )  # fmt: skip

@@ -1,0 +1,158 @@
+"""The asset checks of `scores`, each of which can fail on a real run:
+
+* `provider_error_rate`, `truncation_rate`: samples without an answer, and answers cut off
+  by `max_tokens` that failed the primary scorer, under their thresholds;
+* `judge_error_rate`: per judge scorer, answered samples its judge gave no usable grade
+  (a failed call, or output the grade pattern does not match), under the threshold;
+* `served_model_matches`: the provider served the model the spec requested (a dated
+  snapshot of the requested alias, `gpt-4o` served as `gpt-4o-2024-08-06`, fails with
+  severity WARN; another model fails with ERROR); passes when nothing was served;
+* `dataset_hash_matches`: the run scored the data the `dataset` asset last recorded for
+  this partition (its data version), not a file edited since.
+"""
+
+from collections.abc import Sequence
+
+import dagster as dg
+
+from gradetrail_assets.resources import GradetrailResource
+from gradetrail_lib.summary import RunSummary
+from gradetrail_lib.trace import Manifest, TraceRecord
+
+# Where Dagster stores an asset materialization's data version (dagster._core's
+# DATA_VERSION_TAG, not exported at the top level).
+DATA_VERSION_TAG = "dagster/data_version"
+
+CHECK_DESCRIPTIONS = {
+    "provider_error_rate": "Samples the provider gave no answer for, over all samples, "
+    "at most GRADETRAIL_MAX_PROVIDER_ERROR_RATE.",
+    "truncation_rate": "Samples that failed because the answer hit max_tokens, at most "
+    "GRADETRAIL_MAX_TRUNCATION_RATE.",
+    "judge_error_rate": "Per judge scorer, answered samples without a usable grade (judge "
+    "call failed, or no grade in its output), at most GRADETRAIL_MAX_JUDGE_ERROR_RATE.",
+    "served_model_matches": "Every model the provider reports having served is the requested one.",
+    "dataset_hash_matches": "The run's dataset hash is the dataset asset's data version "
+    "for this partition.",
+}
+
+
+def check_specs(asset: dg.AssetKey) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(name, asset=asset, description=description)
+        for name, description in CHECK_DESCRIPTIONS.items()
+    ]
+
+
+def latest_data_version(
+    instance: dg.DagsterInstance, asset: dg.AssetKey, partition: str
+) -> str | None:
+    """The data version of the asset's latest materialization of `partition`, if any."""
+    found = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[partition]), limit=1
+    )
+    if not found.records:
+        return None
+    materialization = found.records[0].asset_materialization
+    tags = materialization.tags if materialization is not None else None
+    return (tags or {}).get(DATA_VERSION_TAG)
+
+
+def _rate(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+def judge_error_rates(
+    records: Sequence[TraceRecord], manifest: Manifest
+) -> dict[str, dict[str, float | int]]:
+    """Per judge scorer (and any other scorer that reported a judge error)."""
+    answered = sum(r.answered for r in records)
+    rates: dict[str, dict[str, float | int]] = {}
+    for info in manifest.scorers:
+        errors = sum(r.error_of(info.name) == "judge_error" for r in records)
+        if info.type == "judge" or errors:
+            rates[info.name] = {
+                "errors": errors,
+                "answered": answered,
+                "rate": _rate(errors, answered),
+            }
+    return rates
+
+
+def served_model_check(manifest: Manifest) -> dg.AssetCheckResult:
+    requested, served = manifest.model.requested, manifest.model.served
+    others = [s for s in served if s != requested]
+    snapshots = all(s.startswith(f"{requested}-") for s in others)
+    return dg.AssetCheckResult(
+        check_name="served_model_matches",
+        passed=not others,
+        severity=dg.AssetCheckSeverity.WARN if snapshots else dg.AssetCheckSeverity.ERROR,
+        description=(
+            f"served {', '.join(others)} for requested {requested}"
+            if others
+            else (f"served {requested}" if served else "no answer reported a served model")
+        ),
+        metadata={"requested": requested, "served": dg.MetadataValue.json(served)},
+    )
+
+
+def dataset_check(manifest: Manifest, dataset_version: str | None) -> dg.AssetCheckResult:
+    run_hash = manifest.dataset.hash
+    if dataset_version is None:
+        description = "the dataset asset has no materialization for this partition"
+    elif dataset_version != run_hash:
+        description = (
+            f"the run scored data hashed {run_hash[:12]}, the dataset asset recorded "
+            f"{dataset_version[:12]}: the file changed since; re-materialize dataset"
+        )
+    else:
+        description = f"dataset {run_hash[:12]}"
+    return dg.AssetCheckResult(
+        check_name="dataset_hash_matches",
+        passed=dataset_version == run_hash,
+        description=description,
+        metadata={"run_dataset_hash": run_hash, "dataset_data_version": dataset_version or ""},
+    )
+
+
+def score_checks(
+    records: Sequence[TraceRecord],
+    summary: RunSummary,
+    manifest: Manifest,
+    settings: GradetrailResource,
+    dataset_version: str | None,
+) -> list[dg.AssetCheckResult]:
+    n = summary.samples
+    errors = summary.outcomes.get("provider_error", 0)
+    truncated = summary.failure_modes.get("truncated", 0)
+    error_rate, truncation_rate = _rate(errors, n), _rate(truncated, n)
+    judges = judge_error_rates(records, manifest)
+    worst = max(judges.items(), key=lambda kv: kv[1]["rate"], default=None)
+    worst_rate = float(worst[1]["rate"]) if worst else 0.0
+    limit = settings.max_judge_error_rate
+    return [
+        dg.AssetCheckResult(
+            check_name="provider_error_rate",
+            passed=error_rate <= settings.max_provider_error_rate,
+            metadata={"rate": error_rate, "errors": errors, "n": n,
+                      "threshold": settings.max_provider_error_rate},
+        ),
+        dg.AssetCheckResult(
+            check_name="truncation_rate",
+            passed=truncation_rate <= settings.max_truncation_rate,
+            metadata={"rate": truncation_rate, "truncated": truncated, "n": n,
+                      "threshold": settings.max_truncation_rate},
+        ),
+        dg.AssetCheckResult(
+            check_name="judge_error_rate",
+            passed=worst_rate <= limit,
+            description=(
+                "no judge scorer" if worst is None
+                else f"worst: {worst[0]} at {worst_rate:.4f} (threshold {limit:g})"
+            ),
+            metadata={"rate": worst_rate, "threshold": limit,
+                      "scorers": dg.MetadataValue.json(judges),
+                      "judge_call_errors": summary.judge.errors},
+        ),
+        served_model_check(manifest),
+        dataset_check(manifest, dataset_version),
+    ]  # fmt: skip
