@@ -16,9 +16,20 @@ from gradetrail_lib import cli
 from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.report import render_report, write_report
 from gradetrail_lib.runs import Run, load_run
-from tests.support.eval_runs import MALICIOUS, run_spec, start_server, write_dataset, write_spec
+from tests.support.eval_runs import (
+    JUDGE_MODEL,
+    MALICIOUS,
+    multi_scorers,
+    run_spec,
+    start_server,
+    write_dataset,
+    write_spec,
+)
+from tests.support.traces import call, manifest, record
 
 N = 12
+ESCAPED_SCRIPT = "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"
+MULTI = ["num", "rx", "short", "judge"]
 CHROMIUM = Path("/usr/bin/chromium")
 # CI sets GRADETRAIL_REQUIRE_CHROMIUM=1: there a missing browser fails these tests
 # instead of skipping them.
@@ -36,6 +47,22 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
         write_dataset(root / "data" / "add.jsonl", N)
         models = ["fake-good", "fake-bad", "fake-verbose", "fake-evil"]
         yield run_spec(write_spec(root / "add.yaml", f"{server.base_url}/v1", models), root)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def multi_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Models of a spec with four scorers: numeric (primary), regex, Python and an LLM
+    judge that quotes the markup fake-evil answers with."""
+    root = tmp_path_factory.mktemp("report-multi")
+    server = start_server()
+    try:
+        base_url = f"{server.base_url}/v1"
+        write_dataset(root / "data" / "add.jsonl", N)
+        models = ["fake-good", "fake-bad", "fake-evil"]
+        spec = write_spec(root / "add.yaml", base_url, models, scorers=multi_scorers(base_url))
+        yield run_spec(spec, root)
     finally:
         server.stop()
 
@@ -93,9 +120,10 @@ def test_report_content(runs: dict[str, Path], tmp_path: Path) -> None:
     assert "1.000 (12/12)" in html and "[0.758, 1.000]" in html
     assert "0.667 (8/12)" in html and "[0.391, 0.862]" in html
     # Reproducibility facts from the manifest.
-    manifest = load_run(runs["fake-good"]).manifest
-    for value in (manifest["identity"], manifest["scorer_hash"], manifest["dataset"]["hash"]):
+    facts = load_run(runs["fake-good"]).manifest
+    for value in (facts.identity, facts.scorer_hash, facts.dataset.hash):
         assert value in html
+    assert f"score (numeric, {facts.scorers[0].hash[:12]})" in html
     assert "latency (s)" in html and "p50 / p90 / p99" in html
     # Failures: truncation labelled apart from wrong answers, each expandable.
     details = re.findall(r'<details class="failure (\w+)">', html)
@@ -106,35 +134,99 @@ def test_report_content(runs: dict[str, Path], tmp_path: Path) -> None:
     # Paired comparisons between the models, with verdicts.
     assert "Paired comparisons" in html and "McNemar p" in html
     # Escaped, not markup.
-    assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;" in html
+    assert ESCAPED_SCRIPT in html
     assert MALICIOUS not in html
 
 
 def test_report_refuses_mixed_identities(runs: dict[str, Path]) -> None:
     good = load_run(runs["fake-good"])
-    other = Run({**good.manifest, "identity": "f" * 64}, good.rows, Path("other"))
+    other = Run.of(
+        good.manifest.model_copy(update={"identity": "f" * 64}), good.records, Path("other")
+    )
     with pytest.raises(NotComparable, match="one identity"):
         render_report([good, other])
 
 
-def test_report_escapes_prompts_and_reasons() -> None:
-    row = {
-        "id": "<b>id</b>",
-        "score": 0.0,
-        "outcome": "scored",
-        "failure_mode": "wrong_answer",
-        "stop_reason": "stop",
-        "response": "ok",
-        "reason": "<i>reason</i>",
-        "messages": [{"role": "user", "content": "<u>prompt</u>"}],
-        "usage": {"input_tokens": 1, "output_tokens": 1},
-    }
-    manifest = {"identity": "x", "warnings": ["<em>warning</em>"], "spec": {"name": "<s>n</s>"}}
-    html = render_report([Run(manifest, [row])])
+def test_report_escapes_prompts_reasons_scorers_and_judge_output() -> None:
+    """Everything a record or manifest holds reaches the page as text: sample ids, prompts,
+    reasons, scorer names, a judge's output and its error, warnings, the spec name."""
+    judge_call = call(role="judge", model="grader", scorer="<var>j</var>", text="<kbd>said</kbd>")
+    failed_call = call(role="judge", model="grader", scorer="<var>j</var>", error="<q>down</q>")
+    records = [
+        record(
+            "<b>id</b>",
+            {"s": 0.0, "<var>j</var>": 0.5},
+            failure_mode="wrong_answer",
+            response="<tt>answer</tt>",
+            reasons={"s": "<i>reason</i>", "<var>j</var>": "<cite>graded</cite>"},
+            messages=[{"role": "<abbr>user</abbr>", "content": "<u>prompt</u>"}],
+            extra_calls=[judge_call],
+        ),
+        record(
+            "other",
+            {"s": 0.0, "<var>j</var>": None},
+            failure_mode="wrong_answer",
+            extra_calls=[failed_call],
+        ),
+    ]
+    facts = manifest(
+        {"s": "s" * 64, "<var>j</var>": "j" * 64},
+        spec_name="<s>n</s>",
+        warnings=["<em>warning</em>"],
+    )
+    html = render_report([Run.of(facts, records)])
     names = {t for t, _ in parse(html).tags}
-    assert not names & {"b", "i", "u", "em", "s"}
-    for text in ("&lt;b&gt;id", "&lt;i&gt;reason", "&lt;u&gt;prompt", "&lt;em&gt;warning"):
-        assert text in html
+    markup = {"b", "i", "u", "em", "s", "var", "kbd", "tt", "cite", "q", "abbr"}
+    assert not names & markup
+    for text in (
+        "&lt;b&gt;id", "&lt;i&gt;reason", "&lt;u&gt;prompt", "&lt;em&gt;warning",
+        "&lt;s&gt;n&lt;/s&gt;", "&lt;var&gt;j&lt;/var&gt;", "&lt;kbd&gt;said&lt;/kbd&gt;",
+        "&lt;tt&gt;answer", "&lt;cite&gt;graded", "&lt;q&gt;down&lt;/q&gt;", "&lt;abbr&gt;user",
+    ):  # fmt: skip
+        assert text in html, text
+    # The secondary (judge) scorer has its own row of figures.
+    assert html.count("<tr><td>&lt;var&gt;j&lt;/var&gt;</td>") == 1
+
+
+def test_report_shows_every_scorer_and_the_judge(
+    multi_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    dirs = [multi_runs[m] for m in ("fake-good", "fake-bad", "fake-evil")]
+    html = write_report(dirs, tmp_path / "r.html").read_text()
+    # Each run's scorer table: a row per scorer, the primary marked.
+    assert html.count('<tr><td>num <span class="muted">(primary)</span></td>') == 3
+    for name in MULTI[1:]:
+        assert html.count(f"<tr><td>{name}</td>") == 3, name
+    # fake-bad (wrong where a % 3 == 0) passes 8/12 on num and rx, 12/12 on short.
+    bad = html.split("<h2>add/fake-bad</h2>")[1].split("<h2>")[0]
+    assert bad.count("0.667 (8/12)") == 3  # num, rx and the judge
+    assert "1.000 (12/12)" in bad  # short
+    # Pairs: three runs, every pair on every scorer.
+    pairs = re.findall(r"<td>add/fake-\w+</td><td>add/fake-\w+</td><td>(\w+)</td>", html)
+    assert sorted(pairs) == sorted(MULTI * 3)
+    # The judge's calls apart from the target's, per run: fake-bad's answers repeat
+    # fake-good's but at a % 3 == 0, so 8 of its 12 judge calls were cache hits.
+    assert "Judge calls: 12 sent, 0 cache hits, 0 errors" in html
+    assert "Judge calls: 4 sent, 8 cache hits, 0 errors" in html
+    judge_runs = [load_run(d).manifest.judge for d in dirs]
+    assert all(j.input_tokens > 0 and (j.cost_usd or 0) > 0 for j in judge_runs)
+    assert f"tokens {judge_runs[0].input_tokens} in / {judge_runs[0].output_tokens} out" in html
+    assert "<th>judge calls / cache hits / errors</th>" in html and "<th>judge cost</th>" in html
+    assert (
+        f"anthropic/{JUDGE_MODEL}"
+        not in html.split('<section id="summary">')[1].split("</section>")[0]
+    ), "the summary's tokens and cost are the target's alone"
+    # Each failure shows every scorer's score and reason, and the judge's whole output.
+    evil = html.split("<h2>add/fake-evil</h2>")[1]
+    assert evil.count('<details class="failure') == N
+    for name in MULTI:
+        assert evil.count(f'<div class="role">{name}: ') == N, name
+    assert evil.count('<div class="muted">judge output</div>') == N
+    assert evil.count("GRADE: I</pre>") == N
+    # The judge quoted the markup: escaped there as in the response.
+    assert evil.count(f"The response contains {ESCAPED_SCRIPT}") == N
+    assert MALICIOUS not in html
+    assert "script" not in {t for t, _ in parse(html).tags}
 
 
 def chromium(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -208,6 +300,21 @@ def test_malicious_response_is_shown_as_text_and_not_executed(
 
 
 @needs_chromium
+def test_malicious_judge_output_is_shown_as_text_and_not_executed(
+    multi_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    report = write_report([multi_runs["fake-evil"]], tmp_path / "report.html")
+    dom = chromium("--dump-dom", report.as_uri(), tmp_path=tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    after = parse(dom.stdout)
+    assert after.title == "gradetrail report: add", "a script changed the title"
+    assert not {"script", "img"} & {t for t, _ in after.tags}
+    quoted = "The response contains &lt;script&gt;document.title='pwned'&lt;/script&gt;"
+    assert dom.stdout.count(quoted) == N  # the judge's output, once per failed sample
+    assert dom.stdout.count("&lt;img src=x onerror=") == 2 * N  # and the response
+
+
+@needs_chromium
 def test_the_dom_check_detects_a_script_that_runs(tmp_path: Path) -> None:
     """The control for the test above: the same markup unescaped does run in this
     browser, so a title left unchanged there means escaping worked."""
@@ -220,12 +327,8 @@ def test_the_dom_check_detects_a_script_that_runs(tmp_path: Path) -> None:
     assert parse(dom.stdout).title in ("pwned", "img")
 
 
-def test_report_from_rows_in_memory(runs: dict[str, Path]) -> None:
-    """What the Dagster report asset does: rows as ResultRow objects, not read back."""
-    from gradetrail_lib.pipeline import ResultRow
-
-    run = load_run(runs["fake-verbose"])
-    rows = [
-        ResultRow(**{k: v for k, v in r.items() if k != "usage"}, **r["usage"]) for r in run.rows
-    ]
-    assert render_report([Run.of(run.manifest, rows)]) == render_report([run])
+def test_report_from_records_in_memory(runs: dict[str, Path], multi_runs: dict[str, Path]) -> None:
+    """What the Dagster report asset does: records in memory, not read back."""
+    for run_dir in (runs["fake-verbose"], multi_runs["fake-evil"]):
+        run = load_run(run_dir)
+        assert render_report([Run.of(run.manifest, list(run))]) == render_report([run])

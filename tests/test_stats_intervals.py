@@ -11,14 +11,17 @@ from scipy.stats import beta, binomtest, norm
 
 from gradetrail_lib.stats import (
     BootstrapSettings,
-    interval_line,
     mean_estimate,
     mean_interval,
     proportion,
     proportion_interval,
-    run_stats,
 )
-from gradetrail_lib.stats.run_stats import latency_of
+from gradetrail_lib.stats import run_stats as run_stats_on
+from gradetrail_lib.stats.run_stats import RunStats, latency_of
+from gradetrail_lib.summary import format_summary, summarize
+from gradetrail_lib.trace import FailureMode, Outcome, TraceRecord, parse_record, record_json
+from tests.conftest import REPO
+from tests.support.traces import SCORER, record
 
 
 def wilson_closed_form(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -124,6 +127,7 @@ def test_mean_of_graded_scores_bootstraps_reproducibly() -> None:
     other_seed = mean_estimate(scores, settings=BootstrapSettings(seed=1))
     assert first.interval == again.interval, "a fixed seed gives the same interval"
     assert first.interval is not None and other_seed.interval is not None
+    assert first.value is not None
     assert first.interval.method == "bootstrap-bca"
     assert first.value == pytest.approx(sum(scores) / len(scores))
     assert first.interval.low < first.value < first.interval.high
@@ -171,15 +175,26 @@ def test_run_stats_counts_unscored_as_failures_and_leaves_them_out_of_the_mean()
         _row("e", None, outcome="scorer_error", failure_mode="scorer_error"),
     ]
     stats = run_stats(rows)
+    assert stats.scorer == SCORER
     assert stats.samples == 5 and stats.unscored == 2 and stats.truncated == 1
     assert stats.pass_rate.successes == 2 and stats.pass_rate.n == 5
     assert stats.mean_score.n == 3 and stats.mean_score.value == pytest.approx(2 / 3)
-    assert stats.outcomes == {"scored": 3, "provider_error": 1, "scorer_error": 1}
+    assert stats.outcomes == {
+        "scored": 3, "provider_error": 1, "scorer_error": 1, "judge_error": 0,
+    }  # fmt: skip
     assert stats.failure_modes == {"provider_error": 1, "scorer_error": 1, "truncated": 1}
     assert stats.input_tokens == 40 and stats.output_tokens == 8  # 4 answered calls
-    line = interval_line(rows)
-    assert "pass rate (score >= 1): 2/5 = 0.4000" in line
-    assert "n=5" in line and "n=3" in line and "2 unscored counted as failures" in line
+    line = summary_line(rows)
+    assert "pass rate (score >= 1) 2/5 = 0.4000" in line
+    assert "n=5" in line and "n=3" in line and "2 unscored count as failures" in line
+
+
+def test_run_stats_reads_the_named_scorer_only() -> None:
+    rows = [record(f"s{i}", {"num": 1.0, "judge": 1.0 if i < 3 else None}) for i in range(4)]
+    num, judge = run_stats_on(rows, "num"), run_stats_on(rows, "judge")
+    assert (num.pass_rate.successes, num.unscored) == (4, 0)
+    assert (judge.pass_rate.successes, judge.pass_rate.n, judge.unscored) == (3, 4, 1)
+    assert judge.mean_score.n == 3
 
 
 def test_latency_percentiles() -> None:
@@ -216,12 +231,12 @@ def test_a_run_summary_imports_neither_scipy_nor_numpy() -> None:
     code = (
         "import sys\n"
         "from gradetrail_lib.stats import run_stats, describe\n"
-        "rows = [{'id': str(i), 'outcome': 'scored', 'score': float(i % 2), 'latency_s': 0.1,"
-        " 'response': 'x'} for i in range(50)]\n"
-        "print(describe(run_stats(rows).pass_rate))\n"
+        "from tests.support.traces import record\n"
+        "rows = [record(str(i), float(i % 2)) for i in range(50)]\n"
+        "print(describe(run_stats(rows, 's').pass_rate))\n"
         "print(sorted(m for m in ('scipy', 'numpy') if m in sys.modules))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
     assert first.startswith("25/50 = 0.5000 (95% CI")
@@ -234,56 +249,51 @@ def test_threshold_decides_pass() -> None:
     assert run_stats(rows, threshold=0.7).pass_rate.successes == 2
 
 
+def run_stats(rows: list[TraceRecord], threshold: float = 1.0) -> RunStats:
+    return run_stats_on(rows, SCORER, threshold=threshold)
+
+
+def summary_line(rows: list[TraceRecord]) -> str:
+    """The scorer's line of what `gradetrail run` prints."""
+    text = format_summary(rows, summarize(rows, [(SCORER, "exact")]), 0.0)
+    (line,) = [x for x in text.splitlines() if x.startswith(f"Scorer {SCORER} ")]
+    return line
+
+
 def _row(
     sample_id: str,
     score: float | None,
     *,
-    outcome: str = "scored",
-    failure_mode: str | None = None,
+    outcome: Outcome = "scored",
+    failure_mode: FailureMode | None = None,
     stop_reason: str | None = "stop",
     answered: bool = True,
     latency: float = 0.1,
-) -> dict[str, object]:
-    return {
-        "id": sample_id,
-        "score": score,
-        "outcome": outcome,
-        "failure_mode": failure_mode,
-        "stop_reason": stop_reason if answered else None,
-        "response": "Answer: 1" if answered else None,
-        "usage": {"input_tokens": 10, "output_tokens": 2} if answered else {},
-        "latency_s": latency if answered else None,
-        "cost_usd": None,
-        "cache_hit": False,
-    }
+) -> TraceRecord:
+    return record(
+        sample_id,
+        score,
+        outcome=outcome,
+        failure_mode=failure_mode,
+        stop_reason=stop_reason,
+        answered=answered,
+        latency_s=latency,
+    )
 
 
-def test_result_rows_in_memory_give_the_same_figures_as_json_rows() -> None:
-    from gradetrail_lib.pipeline import ResultRow
-
-    def result_row(sample_id: str, score: float | None) -> ResultRow:
-        return ResultRow(
-            id=sample_id,
-            request_key="k",
-            messages=[{"role": "user", "content": "q"}],
-            response="a",
-            served_model="m",
-            stop_reason="stop",
-            input_tokens=3,
-            output_tokens=1,
-            latency_s=0.5,
-            cost_usd=None,
-            cache_hit=False,
-            score=score,
-            reason="r",
-            outcome="scored" if score is not None else "scorer_error",
-            failure_mode=None if score == 1.0 else "wrong_answer",
-        )
-
-    rows = [result_row("a", 1.0), result_row("b", 0.0), result_row("c", None)]
+def test_records_in_memory_give_the_same_figures_as_records_read_back() -> None:
+    """What the Dagster assets do (records as built) against what the CLI does (records
+    parsed from results.jsonl): the same figures."""
+    rows = [
+        record("a", 1.0, latency_s=0.5),
+        record("b", 0.0, failure_mode="wrong_answer", latency_s=0.7),
+        record("c", None, failure_mode="scorer_error"),
+    ]
+    read_back = [parse_record(record_json(r), REPO / "results.jsonl", i) for i, r in
+                 enumerate(rows, start=1)]  # fmt: skip
+    assert read_back == rows
     in_memory = run_stats(rows)
-    from_json = run_stats([r.to_json() for r in rows])
-    assert in_memory == from_json
+    assert in_memory == run_stats(read_back)
     assert in_memory.pass_rate.successes == 1 and in_memory.pass_rate.n == 3
-    assert in_memory.input_tokens == 9
-    assert interval_line(rows) == interval_line([r.to_json() for r in rows])
+    assert in_memory.input_tokens == 30
+    assert summary_line(rows) == summary_line(read_back)

@@ -1,17 +1,22 @@
 """Paired comparison, McNemar and the gate decision on constructed result sets."""
 
+from collections.abc import Sequence
 from math import comb
+from typing import Any
 
 import pytest
 
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.stats import check_comparable, compare, gate, mcnemar_exact
+from gradetrail_lib.stats import PairedComparison, check_comparable, gate, mcnemar_exact
+from gradetrail_lib.stats import compare as compare_on
+from gradetrail_lib.trace import Manifest, TraceRecord
+from tests.support.traces import SCORER, manifest, record
 
 
 def exact_mcnemar_by_hand(b: int, c: int) -> float:
     """Two-sided exact: 2 · P(X <= min(b, c)) for X ~ Binomial(b + c, 1/2), capped at 1."""
     n, k = b + c, min(b, c)
-    return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2**n)
+    return min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2**n)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(("b", "c", "expected"), [(1, 6, 0.125), (0, 5, 0.0625), (3, 3, 1.0)])
@@ -26,19 +31,18 @@ def test_mcnemar_without_discordant_pairs_is_one() -> None:
     assert mcnemar_exact(0, 0) == 1.0
 
 
-def rows(scores: dict[str, float | None]) -> list[dict[str, object]]:
-    return [
-        {
-            "id": k,
-            "score": v,
-            "outcome": "scored" if v is not None else "provider_error",
-            "response": "x" if v is not None else None,
-        }
-        for k, v in scores.items()
-    ]
+def rows(scores: dict[str, float | None]) -> list[TraceRecord]:
+    """Records scored on scorer `s`; a None score is a sample without a response."""
+    return [record(k, v, answered=v is not None) for k, v in scores.items()]
 
 
-def paired(pattern: list[tuple[float | None, float | None]]) -> tuple[list, list]:
+def compare(a: Sequence[TraceRecord], b: Sequence[TraceRecord], **options: Any) -> PairedComparison:
+    return compare_on(a, b, SCORER, **options)
+
+
+def paired(
+    pattern: Sequence[tuple[float | None, float | None]],
+) -> tuple[list[TraceRecord], list[TraceRecord]]:
     ids = [f"s{i:03d}" for i in range(len(pattern))]
     a = rows({i: p[0] for i, p in zip(ids, pattern, strict=True)})
     b = rows({i: p[1] for i, p in zip(ids, pattern, strict=True)})
@@ -111,27 +115,62 @@ def test_duplicate_ids_are_rejected() -> None:
 
 
 def test_repeats_are_joined_on_id_and_repeat() -> None:
-    a = [dict(r, repeat=i) for i, r in enumerate(rows({"s1": 1.0}) * 3)]
-    b = [dict(r, repeat=i, score=0.0) for i, r in enumerate(rows({"s1": 1.0}) * 3)]
+    a = [record("s1", 1.0, repeat=i) for i in range(3)]
+    b = [record("s1", 0.0, repeat=i) for i in range(3)]
     result = compare(a, b)
     assert result.n == 3 and result.a_only == 3
 
 
-def manifest(scorer: str = "s" * 64, dataset: str = "d" * 64) -> dict[str, object]:
-    return {"scorer_hash": scorer, "dataset": {"path": "x.jsonl", "hash": dataset}}
+def test_each_scorer_is_compared_on_its_own_scores() -> None:
+    """Two scorers on the same records: the figures are each scorer's, not a mix."""
+    a = [record(f"s{i}", {"num": 1.0, "judge": 1.0}) for i in range(30)]
+    b = [record(f"s{i}", {"num": 1.0, "judge": 0.0 if i < 20 else 1.0}) for i in range(30)]
+    on_num = compare_on(a, b, "num")
+    on_judge = compare_on(a, b, "judge")
+    assert on_num.scorer == "num" and on_num.a_only == 0 and on_num.verdict == "no winner"
+    assert on_judge.scorer == "judge" and on_judge.a_only == 20 and on_judge.verdict == "A"
+    assert on_judge.to_json()["scorer"] == "judge"
+    # A scorer the records do not hold scores nothing: every sample unscored.
+    missing = compare_on(a, b, "other")
+    assert missing.unscored_a == missing.unscored_b == 30
+
+
+def test_a_scorer_error_is_unscored_on_that_scorer_only() -> None:
+    a = [record(f"s{i}", {"num": 1.0, "py": 1.0}) for i in range(4)]
+    b = [record(f"s{i}", {"num": 1.0, "py": None}) for i in range(4)]
+    assert compare_on(a, b, "num").unscored_b == 0
+    assert compare_on(a, b, "py").unscored_b == 4
 
 
 def test_refuses_different_scorer_or_dataset_unless_forced() -> None:
-    assert check_comparable(manifest(), manifest()) == []
-    with pytest.raises(NotComparable, match="scorer_hash differs: A has s{12}, B has t{12}"):
-        check_comparable(manifest(), manifest(scorer="t" * 64))
+    s, t = "s" * 64, "t" * 64
+    assert check_comparable(manifest(), manifest(), SCORER) == []
+    with pytest.raises(NotComparable, match="scorer 's' hash differs: A has s{12}, B has t{12}"):
+        check_comparable(manifest(), manifest({SCORER: t}), SCORER)
     with pytest.raises(NotComparable, match="dataset hash differs") as info:
-        check_comparable(manifest(), manifest(dataset="e" * 64))
-    assert "--force" in str(info.value) and "scorer_hash" not in str(info.value)
-    notes = check_comparable(manifest(), manifest(scorer="t" * 64), force=True)
-    assert len(notes) == 1 and "forced" in notes[0] and "scorer_hash differs" in notes[0]
-    with pytest.raises(NotComparable, match="missing from B's manifest"):
-        check_comparable(manifest(), {"dataset": {"hash": "d" * 64}})
+        check_comparable(manifest(), manifest(dataset="e" * 64), SCORER)
+    assert "--force" in str(info.value) and "scorer 's' hash" not in str(info.value)
+    notes = check_comparable(manifest(), manifest({SCORER: t}), SCORER, force=True)
+    assert len(notes) == 1 and "forced" in notes[0] and "scorer 's' hash differs" in notes[0]
+    with pytest.raises(NotComparable, match="B has no scorer 's'"):
+        check_comparable(manifest(), manifest({"other": s}), SCORER)
+
+
+def test_comparability_is_per_scorer() -> None:
+    """A scorer that changed refuses that scorer's comparison, not the other's."""
+    a = manifest({"num": "n" * 64, "judge": "j" * 64})
+    b = manifest({"num": "n" * 64, "judge": "J" * 64})
+    assert check_comparable(a, b, "num", labels=("old", "new")) == []
+    with pytest.raises(NotComparable, match="scorer 'judge' hash differs: old has j{12}"):
+        check_comparable(a, b, "judge", labels=("old", "new"))
+    # The primary scorer may differ between the runs; a shared one is still comparable.
+    reordered = replace_scorers(b, ["judge", "num"])
+    assert check_comparable(a, reordered, "num") == []
+
+
+def replace_scorers(m: Manifest, order: list[str]) -> Manifest:
+    by_name = {s.name: s for s in m.scorers}
+    return m.model_copy(update={"scorers": [by_name[n] for n in order]})
 
 
 def test_gate_fails_only_on_a_large_and_real_drop() -> None:
