@@ -91,6 +91,11 @@ class Scoring:
                 requests.extend(listed)
         return requests
 
+    def cancel(self) -> None:
+        """The run is aborting: stop the scorers' calls (what arrived is cached)."""
+        if self._stage is not None:
+            self._stage.cancel()
+
     def feed(self, responses: Responses) -> None:
         """Every response of the step not seen yet (all of them, in Dagster)."""
         fresh = {k: v for k, v in responses.responses.items() if k not in self._delivered}

@@ -76,15 +76,19 @@ def run_model(
     started_at = datetime.now(UTC)
     prices = prices or load_prices()
     scoring = Scoring(plan, cache, backend, read_cache=read_cache, prices=prices)
-    responses = fetch_responses(
-        plan,
-        cache,
-        backend,
-        read_cache=read_cache,
-        looked_up=looked_up,
-        progress=progress,
-        listener=scoring,
-    )
+    try:
+        responses = fetch_responses(
+            plan,
+            cache,
+            backend,
+            read_cache=read_cache,
+            looked_up=looked_up,
+            progress=progress,
+            listener=scoring,
+        )
+    except BaseException:  # an abort or Ctrl-C: the judge answers that came are kept
+        scoring.cancel()
+        raise
     scoring_started = time.perf_counter()
     scored = scoring.finish(responses)
     timings = {"responses": responses.wall_s, "scoring": time.perf_counter() - scoring_started}

@@ -70,6 +70,8 @@ class CallStage:
         self._lock = threading.Lock()
         self._submitted: list[ModelRequest] = []
         self._wake_pending = False
+        self._main: asyncio.Task[None] | None = None
+        self._pipelined_cancel = False
 
     # -- submitting (any thread)
 
@@ -112,6 +114,14 @@ class CallStage:
         if self._error is not None:
             raise self._error
         return self.results
+
+    def cancel(self) -> None:
+        """Stop sending (the run is aborting): what arrived is stored, the rest dropped."""
+        self._pipelined_cancel = True
+        if self._thread is not None and self._loop is not None and self._main is not None:
+            self._loop.call_soon_threadsafe(self._main.cancel)
+            self._thread.join(timeout=30)
+        self._collected = []
 
     # -- shared by both ways
 
@@ -167,13 +177,17 @@ class CallStage:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            asyncio.run(self._serve())
+        except asyncio.CancelledError:
+            if not self._pipelined_cancel:
+                raise
         except BaseException as exc:  # handed to close()
             self._error = exc
         finally:
             self._ready.set()  # never leave a submitter waiting on a failed start
 
-    async def _main(self) -> None:
+    async def _serve(self) -> None:
+        self._main = asyncio.current_task()
         self._loop = asyncio.get_running_loop()
         self._inbox = asyncio.Queue()
         self._ready.set()
@@ -213,11 +227,16 @@ class CallStage:
                             )
                         queues[where].put_nowait(request)
             finally:
-                for where, queue in queues.items():
-                    for _ in range(backends[where].concurrency):
-                        queue.put_nowait(None)
-                if tasks:
-                    await asyncio.gather(*tasks)
+                if self._pipelined_cancel:  # in flight is dropped; the writer keeps what came
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                else:
+                    for where, queue in queues.items():
+                        for _ in range(backends[where].concurrency):
+                            queue.put_nowait(None)
+                    if tasks:
+                        await asyncio.gather(*tasks)
 
     @staticmethod
     def _serve_local(stack: ExitStack, name: str) -> str:

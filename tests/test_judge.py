@@ -267,3 +267,55 @@ def test_judge_calls_go_through_the_ray_backend_too(tmp_path: Path, server: Fake
     assert [[c.request_key for c in r.calls] for r in ray_records] == [
         [c.request_key for c in r.calls] for r in local_records
     ]
+
+
+def test_adding_a_scorer_rescores_with_zero_target_and_judge_calls(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 4)
+    spec = write_judged_spec(tmp_path, f"{server.base_url}/v1")
+    assert run(tmp_path, spec).returncode == 0
+    spec.write_text(spec.read_text() + "  - {name: valid, type: json_valid}\n")
+    done = run(tmp_path, spec)
+    assert done.returncode == 0, done.stderr
+    assert server.calls == 8
+    assert (
+        "Scorer valid [json_valid]" in done.stdout and "Judge: 0 calls, 4 cache hits" in done.stdout
+    )
+
+
+def test_an_aborted_run_keeps_the_judge_answers_that_came(tmp_path: Path) -> None:
+    """The target fails for good after some answers (three identical fatal errors abort the
+    run); the judge answers received by then are in the cache for the re-run."""
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 6)
+    with (
+        FakeLLMServer(responder=grading_responder, latency_s=0.1) as target,
+        FakeLLMServer(responder=grading_responder, latency_s=0.05) as judge,
+    ):
+        spec = write_judged_spec(
+            tmp_path, f"{target.base_url}/v1", judge_base_url=f"{judge.base_url}/v1"
+        )
+        target.script = []
+        answered = 0
+
+        def then_fail(body: dict[str, Any]) -> str:
+            nonlocal answered
+            answered += 1
+            if answered > 2:  # the next three fail alike: the abort rule
+                target.fail_always = Fault(status=401, message="key revoked")
+            return grading_responder(body)
+
+        target.responder = then_fail
+        done = run(tmp_path, spec, "--concurrency", "1")
+        assert done.returncode == 1 and "aborted" in done.stderr
+        judged_before = judge.calls
+        assert judged_before >= 1
+        target.fail_always = None
+        target.responder = grading_responder
+        again = run(tmp_path, spec, "--concurrency", "1")
+        assert again.returncode == 0, again.stderr
+    found = re.search(r"Judge: (\d+) calls, (\d+) cache hits", again.stdout)
+    assert found is not None
+    sent, hits = int(found.group(1)), int(found.group(2))
+    assert hits >= 1, "a judge answer received before the abort was cached"
+    assert sent + hits == 6 and sent == judge.calls - judged_before
