@@ -112,6 +112,10 @@ def _failure(record: TraceRecord, primary: str, threshold: float) -> FailedSampl
     # Truncation first: a cut-off answer is a budget problem, not a wrong answer.
     kind = "truncated" if record.truncated else (record.failure_mode or "below_threshold")
     label = FAILURE_LABELS.get(kind, "below the pass threshold")
+    if record.passes(primary, threshold):  # listed for another scorer's error
+        name, entry = next((n, e) for n, e in record.scores.items() if e.error is not None)
+        kind = entry.error or kind
+        label = f"{FAILURE_LABELS.get(kind, kind)} ({name})"
     target = record.target
     tokens = (
         f"{target.input_tokens} in / {target.output_tokens} out"
@@ -225,8 +229,13 @@ def build_views(
         records = run.records
         primary = run.manifest.primary_scorer
         every = [run_stats(records, name, **options) for name in run.manifest.scorer_names]
+        # Failing the primary scorer, or with any scorer's error (a judge that could not
+        # grade, a Python scorer that raised): both need a reader's eyes.
         failures = [
-            _failure(r, primary, threshold) for r in records if not r.passes(primary, threshold)
+            _failure(r, primary, threshold)
+            for r in records
+            if not r.passes(primary, threshold)
+            or any(e.error is not None for e in r.scores.values())
         ]
         views.append(
             RunView(

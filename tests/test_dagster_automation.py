@@ -48,7 +48,7 @@ def test_release_sensor_adds_one_partition_and_one_run_per_new_model(
     assert isinstance(added, dg.AddDynamicPartitionsRequest)
     assert list(added.partition_keys) == ["fake-2-new"]
     assert added.partitions_def_name == "add__models"
-    # A sensor called directly does not apply its partition requests (FACTS.md).
+    # A sensor called directly does not apply its partition requests (docs/performance.md).
     instance.add_dynamic_partitions("add__models", list(added.partition_keys))
 
     third = sensor(dg.build_sensor_context(instance=instance, cursor=second.cursor))

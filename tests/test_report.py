@@ -1,6 +1,7 @@
 """The HTML report: built from real run directories, checked as HTML and opened in
 headless Chromium (a screenshot, and the DOM after any script could have run)."""
 
+import json
 import os
 import re
 import struct
@@ -332,3 +333,27 @@ def test_report_from_records_in_memory(runs: dict[str, Path], multi_runs: dict[s
     for run_dir in (runs["fake-verbose"], multi_runs["fake-evil"]):
         run = load_run(run_dir)
         assert render_report([Run.of(run.manifest, list(run))]) == render_report([run])
+
+
+def test_a_secondary_scorers_error_is_listed_with_the_failures(tmp_path: Path) -> None:
+    """A sample that passes the primary scorer but whose judge could not grade it is shown,
+    labelled with that scorer, its judge output escaped."""
+    from gradetrail_lib import run_spec
+
+    (tmp_path / "data").mkdir()
+    rows = [{"id": "ok", "answer": "4", "grade": "GRADE: C"},
+            {"id": "odd", "answer": "4", "grade": "<b>no idea</b>"}]  # fmt: skip
+    (tmp_path / "data" / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "j.j2").write_text("{{ response }}")
+    (tmp_path / "s.yaml").write_text(
+        "name: sec\ndataset: {path: data/x.jsonl}\nprompt: 'what is 2+2'\n"
+        "model: {provider: scripted, name: echo, answer_field: answer}\n"
+        "scorers:\n  - {name: exact, type: exact}\n"
+        "  - {name: j, type: judge, prompt_file: j.j2,"
+        " model: {provider: scripted, name: grader, answer_field: grade}}\n"
+    )
+    (done,) = run_spec(tmp_path / "s.yaml", results_root=tmp_path / "r", cache=tmp_path / "c.db")
+    html = write_report(done.run_dir).read_text()
+    assert "Failed samples (1)" in html
+    assert "judge error (j)" in html
+    assert "&lt;b&gt;no idea&lt;/b&gt;" in html and "<b>no idea</b>" not in html
