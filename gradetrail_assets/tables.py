@@ -15,6 +15,7 @@ from gradetrail_lib.duckdb_rows import Column, insert_rows
 from gradetrail_lib.pricing import sum_costs
 from gradetrail_lib.runs import Run
 from gradetrail_lib.stats import RunStats
+from gradetrail_lib.summary import call_totals
 from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
 
 # `primary` is an SQL keyword: the name is quoted wherever it is written.
@@ -98,35 +99,7 @@ def replace_partition(
 def judge_totals(records: Iterable[TraceRecord], scorer: str | None = None) -> CallTotals:
     """The judge calls of the records (of one scorer when named), counted as the run
     summary counts them: distinct requests sent, cache hits, errors, tokens, cost."""
-    sent: set[str] = set()
-    hits = errors = tokens_in = tokens_out = 0
-    costs: list[float | None] = []
-    paid: list[float | None] = []
-    for record in records:
-        for call in record.calls:
-            if call.role != "judge" or (scorer is not None and call.scorer != scorer):
-                continue
-            if call.cache_hit:
-                hits += 1
-            else:
-                sent.add(call.request_key)
-            if call.error is not None:
-                errors += 1
-                continue
-            tokens_in += call.input_tokens or 0
-            tokens_out += call.output_tokens or 0
-            costs.append(call.cost_usd)
-            if not call.cache_hit:
-                paid.append(call.cost_usd)
-    return CallTotals(
-        calls=len(sent),
-        cache_hits=hits,
-        errors=errors,
-        input_tokens=tokens_in,
-        output_tokens=tokens_out,
-        cost_usd=sum_costs(costs),
-        cost_paid_usd=sum_costs(paid),
-    )
+    return call_totals(records, "judge", scorer)
 
 
 def score_rows(

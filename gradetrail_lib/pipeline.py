@@ -144,7 +144,8 @@ def plan(loaded: LoadedSpec, model: ModelConfig, dataset: Dataset | None = None)
 
 @dataclass
 class Responses:
-    """What the responses step produced, by request key."""
+    """What a step's calls produced, by request key: the target's responses step, or the
+    scorers' calls (`scorer_calls`)."""
 
     responses: dict[str, ModelResponse] = field(default_factory=dict)
     errors: dict[str, ProviderError] = field(default_factory=dict)
@@ -153,6 +154,9 @@ class Responses:
     wall_s: float = 0.0
     # How the misses were sent (the backend's describe()), for the manifest.
     execution: dict[str, object] = field(default_factory=dict)
+
+    def outcome(self, key: str) -> ModelResponse | ProviderError | None:
+        return self.responses.get(key) or self.errors.get(key)
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,14 @@ from gradetrail_lib.pipeline import EvalPlan, PlannedSample, Responses
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.request import ModelRequest
-from gradetrail_lib.scorer_calls import CallResults, CallStage
+from gradetrail_lib.scorer_calls import CallStage
 from gradetrail_lib.scorers import Score, ScoreFailed, ScoreInput
 from gradetrail_lib.trace import (
     SCHEMA_VERSION,
     FailureMode,
     ModelCall,
     Outcome,
+    Role,
     ScoreEntry,
     TraceRecord,
 )
@@ -35,7 +36,7 @@ _PENDING = ScoreEntry(None, "pending")
 class ScoredRun:
     records: list[TraceRecord]
     # The scorers' own model calls (empty when no scorer makes any).
-    calls: CallResults
+    calls: Responses
 
 
 class Scoring:
@@ -107,7 +108,7 @@ class Scoring:
 
     def finish(self, responses: Responses) -> ScoredRun:
         self.feed(responses)
-        calls = self._stage.close() if self._stage is not None else CallResults()
+        calls = self._stage.close() if self._stage is not None else Responses()
         records: list[TraceRecord] = []
         pending: list[tuple[TraceRecord, str, Awaitable[Score]]] = []
         for position, item in enumerate(self.plan.items):
@@ -130,17 +131,29 @@ class Scoring:
         self, request: ModelRequest, response: ModelResponse | None, cache_hit: bool
     ) -> ModelCall:
         model = self.plan.model
+        return self._call("target", request, model.provider, model.name, response, cache_hit)
+
+    def _call(
+        self,
+        role: Role,
+        request: ModelRequest,
+        provider: str,
+        model: str,
+        response: ModelResponse | None,
+        cache_hit: bool,
+    ) -> ModelCall:
+        """A call as the record keeps it; priced as the model it was asked of."""
         return ModelCall(
-            role="target",
+            role=role,
             request_key=request.key,
-            provider=model.provider,
-            model=model.name,
+            provider=provider,
+            model=model,
             served_model=response.served_model if response else None,
             input_tokens=response.input_tokens if response else None,
             output_tokens=response.output_tokens if response else None,
             latency_s=response.latency_s if response else None,
             cost_usd=self.prices.cost(
-                model.provider, model.name, response.input_tokens, response.output_tokens
+                provider, model, response.input_tokens, response.output_tokens
             )
             if response
             else None,
@@ -183,7 +196,7 @@ class Scoring:
         )
 
     def _score(
-        self, position: int, item: PlannedSample, record: TraceRecord, calls: CallResults
+        self, position: int, item: PlannedSample, record: TraceRecord, calls: Responses
     ) -> list[tuple[TraceRecord, str, Awaitable[Score]]]:
         assert record.response is not None
         scoring = ScoreInput(item.sample, record.response, record)
@@ -210,35 +223,19 @@ class Scoring:
         scorer: str,
         request: ModelRequest,
         outcome: ModelResponse | ProviderError | None,
-        calls: CallResults,
+        calls: Responses,
     ) -> ModelCall:
         endpoint = request.endpoint
         response = outcome if isinstance(outcome, ModelResponse) else None
-        error = None
+        cache_hit = request.key in calls.cache_hits
+        call = self._call("judge", request, endpoint.provider, endpoint.model, response, cache_hit)
+        call.scorer = scorer
+        call.text = response.text if response else None
         if isinstance(outcome, ProviderError):
-            error = outcome.message
+            call.error = outcome.message
         elif outcome is None:
-            error = "no response (run interrupted)"
-        return ModelCall(
-            role="judge",
-            request_key=request.key,
-            provider=endpoint.provider,
-            model=endpoint.model,
-            served_model=response.served_model if response else None,
-            input_tokens=response.input_tokens if response else None,
-            output_tokens=response.output_tokens if response else None,
-            latency_s=response.latency_s if response else None,
-            cost_usd=self.prices.cost(
-                endpoint.provider, endpoint.model, response.input_tokens, response.output_tokens
-            )
-            if response
-            else None,
-            cache_hit=request.key in calls.cache_hits,
-            stop_reason=response.stop_reason if response else None,
-            scorer=scorer,
-            text=response.text if response else None,
-            error=error,
-        )
+            call.error = "no response (run interrupted)"
+        return call
 
 
 def _failed(exc: BaseException) -> ScoreEntry:

@@ -16,31 +16,17 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.cache import CacheWriter, ResponseCache
 from gradetrail_lib.live_endpoints import bind, live_requests, local_models
+from gradetrail_lib.pipeline import Responses
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.request import Endpoint, ModelRequest
 
 Outcome = ModelResponse | ProviderError
-
-
-@dataclass
-class CallResults:
-    """What the stage got, by request key."""
-
-    responses: dict[str, ModelResponse] = field(default_factory=dict)
-    errors: dict[str, ProviderError] = field(default_factory=dict)
-    cache_hits: set[str] = field(default_factory=set)
-    calls: int = 0
-    wall_s: float = 0.0
-
-    def outcome(self, key: str) -> Outcome | None:
-        return self.responses.get(key) or self.errors.get(key)
 
 
 def _endpoint_id(endpoint: Endpoint) -> tuple[str, str, str]:
@@ -58,7 +44,7 @@ class CallStage:
         self._writer_cache = cache
         self._backend = backend
         self._pipelined = isinstance(backend, LocalBackend)
-        self.results = CallResults()
+        self.results = Responses()
         self._seen: set[str] = set()
         self._collected: list[ModelRequest] = []  # not pipelined: sent at close()
         self._started = time.perf_counter()
@@ -100,7 +86,7 @@ class CallStage:
             self._wake_pending = False
         self._inbox.put_nowait(taken)
 
-    def close(self) -> CallResults:
+    def close(self) -> Responses:
         """Wait for every submitted call; re-raises what stopped the stage (RunAborted)."""
         if self._pipelined:
             if self._thread is not None:

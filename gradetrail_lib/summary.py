@@ -2,7 +2,7 @@
 calls of the target and of the judges apart (tokens, cost paid and reused, cache hits)."""
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gradetrail_lib.pricing import format_usd, sum_costs
@@ -33,16 +33,19 @@ class RunSummary:
         return self.target.cache_hits
 
 
-def call_totals(records: Sequence[TraceRecord], role: Role) -> CallTotals:
-    """Calls of one role. `calls` counts distinct requests this run sent (samples that
-    render alike share one); a cache hit's cost was paid by an earlier run."""
+def call_totals(
+    records: Iterable[TraceRecord], role: Role, scorer: str | None = None
+) -> CallTotals:
+    """Calls of one role (of one scorer's, when named). `calls` counts distinct requests
+    this run sent (samples that render alike share one); a cache hit's cost was paid by
+    an earlier run."""
     sent: set[str] = set()
     hits = errors = tokens_in = tokens_out = 0
     costs: list[float | None] = []
     paid: list[float | None] = []
     for record in records:
         for call in record.calls:
-            if call.role != role:
+            if call.role != role or (scorer is not None and call.scorer != scorer):
                 continue
             if call.cache_hit:
                 hits += 1
