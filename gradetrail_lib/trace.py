@@ -14,6 +14,7 @@ reading back validates every field either way.
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -131,7 +132,10 @@ class TraceRecord:
         return next(self.calls_of("target"), None)
 
 
-RECORD = TypeAdapter(TraceRecord)
+@cache
+def record_adapter() -> TypeAdapter[TraceRecord]:
+    """Built when first needed (~20 ms): a command that reads no record skips it."""
+    return TypeAdapter(TraceRecord)
 
 
 class _Model(BaseModel):
@@ -277,7 +281,7 @@ def _check_version(path: Path, line: int | None, version: int) -> None:
 
 def parse_record(line: bytes | str, path: Path, number: int) -> TraceRecord:
     try:
-        record = RECORD.validate_json(line)
+        record = record_adapter().validate_json(line)
     except ValidationError as exc:
         raise _input_error(path, number, exc) from None
     _check_version(path, number, record.schema_version)
@@ -293,7 +297,7 @@ def iter_records(path: Path) -> Iterator[TraceRecord]:
 
 
 def record_json(record: TraceRecord) -> bytes:
-    return RECORD.dump_json(record)
+    return record_adapter().dump_json(record)
 
 
 class RecordWriter:
@@ -302,10 +306,11 @@ class RecordWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.count = 0
+        self._dump = record_adapter().dump_json
         self._out = open(path, "wb")  # noqa: SIM115 (closed by close() / __exit__)
 
     def write(self, record: TraceRecord) -> None:
-        self._out.write(RECORD.dump_json(record) + b"\n")
+        self._out.write(self._dump(record) + b"\n")
         self.count += 1
 
     def write_all(self, records: Iterable[TraceRecord]) -> None:
