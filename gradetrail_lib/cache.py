@@ -46,15 +46,19 @@ CREATE TABLE IF NOT EXISTS {table} (
     latency_s DOUBLE NOT NULL,
     attempts INTEGER NOT NULL,
     raw VARCHAR NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp
+    created_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp,
+    tool_calls VARCHAR
 )
 """
+
+# Files from before tool use have no tool_calls column (NULL: no tool call).
+_ADD_TOOL_CALLS = "ALTER TABLE responses ADD COLUMN IF NOT EXISTS tool_calls VARCHAR"
 
 _COLUMNS: list[Column] = [
     ("key", "VARCHAR"), ("provider", "VARCHAR"), ("model", "VARCHAR"),
     ("served_model", "VARCHAR"), ("text", "VARCHAR"), ("stop_reason", "VARCHAR"),
     ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("latency_s", "DOUBLE"),
-    ("attempts", "INTEGER"), ("raw", "VARCHAR"),
+    ("attempts", "INTEGER"), ("raw", "VARCHAR"), ("tool_calls", "VARCHAR"),
 ]  # fmt: skip
 
 
@@ -84,6 +88,7 @@ class ResponseCache:
         with open_connection(path) as connection:
             connection.execute(SCHEMA.format(table="responses"))
             _drop_key_constraint(connection)
+            connection.execute(_ADD_TOOL_CALLS)
 
     def lookup(self, keys: Sequence[str]) -> dict[str, ModelResponse]:
         """Cached responses by key. The raw provider body stays in the file (for audit) and
@@ -94,7 +99,7 @@ class ResponseCache:
             # Newest first, so that of two rows of one key the earliest is assigned last.
             rows = connection.execute(
                 "SELECT key, served_model, text, stop_reason, input_tokens, output_tokens,"
-                " latency_s, attempts FROM responses"
+                " latency_s, attempts, tool_calls FROM responses"
                 " WHERE key IN (SELECT unnest($keys::VARCHAR[]))"
                 " ORDER BY created_at DESC",
                 {"keys": list(set(keys))},
@@ -108,6 +113,7 @@ class ResponseCache:
                 output_tokens=row[5],
                 latency_s=row[6],
                 attempts=row[7],
+                tool_calls=json.loads(row[8]) if row[8] is not None else [],
             )
             for row in rows
         }
@@ -128,6 +134,9 @@ class ResponseCache:
                 response.latency_s,
                 response.attempts,
                 json.dumps(response.raw, ensure_ascii=False),
+                json.dumps(response.tool_calls, ensure_ascii=False)
+                if response.tool_calls
+                else None,
             ]
             for request, response in items
         ]
@@ -238,7 +247,11 @@ def _drop_key_constraint(connection: Any) -> None:
     connection.execute("BEGIN TRANSACTION")
     try:
         connection.execute(SCHEMA.format(table="responses_log"))
-        connection.execute("INSERT INTO responses_log SELECT * FROM responses")
+        # The keyed format predates tool calls: its columns, by name.
+        columns = ", ".join([name for name, _ in _COLUMNS if name != "tool_calls"] + ["created_at"])
+        connection.execute(
+            f"INSERT INTO responses_log ({columns}) SELECT {columns} FROM responses"
+        )
         connection.execute("DROP TABLE responses")
         connection.execute("ALTER TABLE responses_log RENAME TO responses")
         connection.execute("COMMIT")

@@ -38,6 +38,7 @@ class ResponseListener(Protocol):
 class PlannedSample:
     sample: Sample
     request: ModelRequest
+    repeat: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,16 @@ def build_scorers(loaded: LoadedSpec, model: ModelConfig) -> list[Scorer]:
     return scorers
 
 
-def plan(loaded: LoadedSpec, model: ModelConfig, dataset: Dataset | None = None) -> EvalPlan:
-    """Render every request and check every sample can be scored; raises InputError(s)."""
+def plan(
+    loaded: LoadedSpec,
+    model: ModelConfig,
+    dataset: Dataset | None = None,
+    *,
+    repeats: int | None = None,
+) -> EvalPlan:
+    """Render every request and check every sample can be scored; raises InputError(s).
+    `repeats` (default: the spec's) makes each sample that many items, repeat by repeat."""
+    repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
     dataset = dataset or load_spec_dataset(loaded)
     label = loaded.spec.dataset.path
@@ -137,6 +146,8 @@ def plan(loaded: LoadedSpec, model: ModelConfig, dataset: Dataset | None = None)
             errors.append(exc)
             continue
         items.append(PlannedSample(sample, request))
+        for repeat in range(1, repeats):
+            items.append(PlannedSample(sample, builder.build(messages, sample, label, repeat), repeat))
     if errors:
         raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
     return EvalPlan(loaded, dataset, model, items, scorers)

@@ -167,7 +167,7 @@ class Scoring:
         return TraceRecord(
             schema_version=SCHEMA_VERSION,
             id=item.sample.id,
-            repeat=0,
+            repeat=item.repeat,
             messages=item.request.messages,
             calls=[self._target_call(item.request, response, cache_hit)],
             response=response.text,
@@ -185,7 +185,7 @@ class Scoring:
         return TraceRecord(
             schema_version=SCHEMA_VERSION,
             id=item.sample.id,
-            repeat=0,
+            repeat=item.repeat,
             messages=item.request.messages,
             calls=[call],
             response=None,

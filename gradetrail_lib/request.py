@@ -16,6 +16,15 @@ version and file name). For provider `scripted` (answers in-process, from a samp
 or a fixed text) the answer enters `params` as `scripted_answer`, since it is what the
 "model" says. The scorer is never part of the key: re-scoring is free. A judge's
 requests are keyed the same way, with the judge's model and rendered prompt.
+
+Two fields join the key only when they are set, so that every other key stays as it was:
+`"tools"` (the tool definitions, with `"tool_choice"`) for a tool-using request, and
+`"repeat"` (its index) for repeats 1..N-1 of a sample (repeat 0 has none).
+
+Messages are provider-neutral: `{"role": "system"|"user", "content": text}`,
+`{"role": "assistant", "content": text, "tool_calls": [{"id", "name", "arguments"}]}` (the
+`tool_calls` key only when there are some) and `{"role": "tool", "tool_call_id", "name",
+"content": text}`; each adapter translates them to its API's shape.
 """
 
 from collections.abc import Callable
@@ -37,7 +46,7 @@ DEFAULT_BASE_URLS = {
 
 DEFAULT_KEY_ENVS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
-Message = dict[str, str]
+Message = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,9 @@ class ModelRequest:
     params: dict[str, Any]
     # Provider `scripted` only: the answer it gives.
     answer: str | None = None
+    # Tool definitions offered ({"name", "description", "parameters"}) and the choice.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | None = None
 
 
 def request_params(params: Params) -> dict[str, Any]:
@@ -86,8 +98,14 @@ def request_key(
     base_url: str | None,
     messages: list[Message],
     params: dict[str, Any],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
+    repeat: int = 0,
 ) -> str:
-    return request_keyer(provider, model, base_url, params)(messages)
+    return request_keyer(
+        provider, model, base_url, params, tools=tools, tool_choice=tool_choice, repeat=repeat
+    )(messages)
 
 
 # Stands for the messages while the rest of the key is encoded; a string JSON escapes
@@ -96,17 +114,29 @@ _SLOT = "\x00gradetrail:messages\x00"
 
 
 def request_keyer(
-    provider: str, model: str, base_url: str | None, params: dict[str, Any]
+    provider: str,
+    model: str,
+    base_url: str | None,
+    params: dict[str, Any],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
+    repeat: int = 0,
 ) -> Callable[[list[Message]], str]:
     """`request_key` for one model and params: the part of the canonical JSON that does not
     change between samples is encoded once, so each sample encodes only its messages."""
-    fixed = {
+    fixed: dict[str, Any] = {
         "v": KEY_VERSION,
         "provider": provider,
         "model": model,
         "base_url": base_url,
         "params": params,
     }
+    if tools is not None:
+        fixed["tools"] = tools
+        fixed["tool_choice"] = tool_choice
+    if repeat:
+        fixed["repeat"] = repeat
     encoded_slot = canonical_json(_SLOT)
     pieces = canonical_json({**fixed, "messages": _SLOT}).split(encoded_slot)
     if len(pieces) != 2:  # the slot's text is in a param too: encode it all each time
@@ -128,20 +158,44 @@ def endpoint_for(model: ModelConfig, live_base_url: str | None = None) -> Endpoi
 
 class RequestBuilder:
     """Builds one model's requests from rendered messages: the key, the endpoint, the
-    params. The target's requests and a judge's are built alike."""
+    params (and tools). The target's requests and a judge's are built alike."""
 
-    def __init__(self, model: ModelConfig, params: Params) -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        params: Params,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | None = None,
+    ) -> None:
         self.model = model
         self.params = request_params(params)
+        self.tools = tools
+        self.tool_choice = tool_choice if tools is not None else None
         self.endpoint = endpoint_for(
             model, live_base_url="local://" if model.provider == "local" else None
         )
-        self._key_of = request_keyer(model.provider, model.name, key_base_url(model), self.params)
+        self._keyers: dict[int, Callable[[list[Message]], str]] = {}
 
-    def build(self, messages: list[Message], sample: "Sample", dataset_path: str) -> ModelRequest:
+    def _key_of(self, repeat: int) -> Callable[[list[Message]], str]:
+        keyer = self._keyers.get(repeat)
+        if keyer is None:
+            model = self.model
+            keyer = self._keyers[repeat] = request_keyer(
+                model.provider, model.name, key_base_url(model), self.params,
+                tools=self.tools, tool_choice=self.tool_choice, repeat=repeat,
+            )  # fmt: skip
+        return keyer
+
+    def build(
+        self, messages: list[Message], sample: "Sample", dataset_path: str, repeat: int = 0
+    ) -> ModelRequest:
         model = self.model
         if model.provider != "scripted":
-            return ModelRequest(self._key_of(messages), self.endpoint, messages, self.params)
+            return ModelRequest(
+                self._key_of(repeat)(messages), self.endpoint, messages, self.params,
+                tools=self.tools, tool_choice=self.tool_choice,
+            )  # fmt: skip
         if model.text is not None:
             answer = model.text
         else:
@@ -158,5 +212,10 @@ class RequestBuilder:
                 )
             answer = str(sample.fields[model.answer_field])
         params = {**self.params, "scripted_answer": answer}
-        key = request_key(model.provider, model.name, None, messages, params)
-        return ModelRequest(key, self.endpoint, messages, self.params, answer)
+        key = request_key(
+            model.provider, model.name, None, messages, params,
+            tools=self.tools, tool_choice=self.tool_choice, repeat=repeat,
+        )  # fmt: skip
+        return ModelRequest(
+            key, self.endpoint, messages, self.params, answer, self.tools, self.tool_choice
+        )

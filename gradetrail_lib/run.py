@@ -107,13 +107,14 @@ def run_spec(
     backend: str = "local",
     concurrency: int = 8,
     read_cache: bool = True,
+    repeats: int | None = None,
 ) -> list[CompletedRun]:
     """`gradetrail run` from Python: every model of the spec (or those named), in order."""
     from gradetrail_lib.backends import build_backend
     from gradetrail_lib.pipeline import plan as make_plan
     from gradetrail_lib.spec import load_spec
 
-    loaded = load_spec(spec)
+    loaded = load_spec(spec).with_repeats(repeats)
     chosen = [loaded.spec.model_named(m) for m in models] if models else loaded.spec.models
     plans = [make_plan(loaded, m) for m in chosen]  # every input error before any call
     sender = build_backend(backend, concurrency=concurrency)

@@ -70,6 +70,8 @@ class Spec(Strict):
     params: Params = Field(default_factory=Params)
     scorers: list[AnyScorer] = Field(default_factory=list)
     scorer: AnyScorer | None = None
+    # Each (sample, repeat) is a sample of its own; repeat 0 keeps the plain request key.
+    repeats: int = Field(default=1, ge=1)
     watch: Watch | None = None
 
     # Field validators so each error names its field and line and is reported with the others.
@@ -166,6 +168,16 @@ class LoadedSpec(BaseModel):
 
     def resolve(self, relative: str) -> Path:
         return (self.base_dir / relative).resolve()
+
+    def with_repeats(self, repeats: int | None) -> "LoadedSpec":
+        """The spec with `repeats` set (a command-line override): it is part of the spec's
+        hash, so a run with other repeats has another identity."""
+        if repeats is None or repeats == self.spec.repeats:
+            return self
+        if repeats < 1:
+            raise InputError("--repeats", None, None, "must be at least 1")
+        spec = self.spec.model_copy(update={"repeats": repeats})
+        return LoadedSpec(spec=spec, path=self.path)
 
 
 def _describe(doc: YamlDocument, loc: tuple[int | str, ...]) -> tuple[str, int | None]:

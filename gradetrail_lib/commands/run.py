@@ -22,6 +22,9 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     run.add_argument("spec", type=Path)
     run.add_argument("--model", help="run only this model of the spec")
     run.add_argument(
+        "--repeats", type=int, default=None, help="run each sample N times (default: the spec's)"
+    )
+    run.add_argument(
         "--backend",
         default=os.environ.get("GRADETRAIL_BACKEND", "local"),
         help="where requests are sent from: local (this process) or ray "
@@ -69,7 +72,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
 
 def run_command(args: argparse.Namespace) -> int:
     out = sys.stdout
-    loaded = load_spec(args.spec)
+    loaded = load_spec(args.spec).with_repeats(args.repeats)
     spec = loaded.spec
     models = [spec.model_named(args.model)] if args.model else list(spec.models)
     plans = [plan(loaded, m) for m in models]  # every input error is found before any call

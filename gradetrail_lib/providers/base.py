@@ -22,6 +22,8 @@ class ModelResponse:
     latency_s: float
     attempts: int = 1
     raw: dict[str, Any] = field(default_factory=dict)
+    # Tools the model asked to call: [{"id", "name", "arguments": {...}}], in its order.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class ParsedBody:
     stop_reason: StopReason
     input_tokens: int | None
     output_tokens: int | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ProviderError(Exception):

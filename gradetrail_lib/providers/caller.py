@@ -132,6 +132,7 @@ async def call_model(
                     latency_s=latency,
                     attempts=attempt,
                     raw=body,
+                    tool_calls=parsed.tool_calls,
                 )
             error = classify(response, adapter, api_key)
         if error.kind == "fatal" or attempt == policy.max_attempts:
