@@ -147,7 +147,8 @@ def plan(
             continue
         items.append(PlannedSample(sample, request))
         for repeat in range(1, repeats):
-            items.append(PlannedSample(sample, builder.build(messages, sample, label, repeat), repeat))
+            again = builder.build(messages, sample, label, repeat)
+            items.append(PlannedSample(sample, again, repeat))
     if errors:
         raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
     return EvalPlan(loaded, dataset, model, items, scorers)
