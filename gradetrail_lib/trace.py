@@ -13,7 +13,7 @@ reading back validates every field either way.
 """
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import TracebackType
@@ -28,7 +28,18 @@ SCHEMA_VERSION = 2
 
 Role = Literal["target", "judge"]
 Outcome = Literal["scored", "provider_error", "scorer_error", "judge_error"]
-FailureMode = Literal["wrong_answer", "truncated", "provider_error", "scorer_error", "judge_error"]
+FailureMode = Literal[
+    "wrong_answer",
+    "truncated",
+    "provider_error",
+    "scorer_error",
+    "judge_error",
+    # An agent's (a spec with tools): a tool raised or had no scripted result; the same
+    # call again with nothing new observed; still calling tools when the budget ran out.
+    "tool_error",
+    "thrash",
+    "budget_exhausted",
+]
 ScoreErrorKind = Literal["scorer_error", "judge_error"]
 OUTCOMES: tuple[Outcome, ...] = ("scored", "provider_error", "scorer_error", "judge_error")
 
@@ -77,6 +88,42 @@ class ScoreEntry:
 
 
 @dataclass
+class ToolResult:
+    """One tool call of an agent step and what came of it."""
+
+    __pydantic_config__ = _FORBID
+
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any]
+    # What the model was shown (a tool's result as text, or the error).
+    content: str
+    error: str | None = None
+    # Documents the result carried ([{"id", "text"}]), in order, for retrieval metrics.
+    documents: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class AgentStep:
+    """One model call of an agent's trajectory: what it said, the tools it called and
+    what they returned, with the call's key, usage, latency and cache hit."""
+
+    __pydantic_config__ = _FORBID
+
+    index: int
+    request_key: str
+    content: str
+    tool_calls: list[dict[str, Any]]
+    tool_results: list[ToolResult]
+    input_tokens: int | None
+    output_tokens: int | None
+    latency_s: float | None
+    cache_hit: bool
+    stop_reason: str | None
+    error: str | None = None
+
+
+@dataclass
 class TraceRecord:
     __pydantic_config__ = _FORBID
 
@@ -90,6 +137,8 @@ class TraceRecord:
     scores: dict[str, ScoreEntry]
     outcome: Outcome
     failure_mode: FailureMode | None
+    # An agent's steps (a spec with tools); empty for a single request.
+    trajectory: list[AgentStep] = field(default_factory=list)
 
     # The figures statistics read. A sample without a response scores nothing on any
     # scorer; one whose scorer failed scores nothing on that scorer.

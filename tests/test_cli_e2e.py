@@ -169,6 +169,7 @@ def test_manifest_and_results_fields(tmp_path: Path, fake_server: FakeLLMServer)
         "scores",
         "outcome",
         "failure_mode",
+        "trajectory",
     }
     (call,) = rows[0]["calls"]
     assert call["role"] == "target" and len(call["request_key"]) == 64
