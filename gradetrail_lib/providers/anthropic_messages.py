@@ -1,5 +1,13 @@
-"""Anthropic Messages API."""
+"""Anthropic Messages API.
 
+Neutral messages (see `request`) are translated: system messages are joined into the
+`system` field; an assistant's `tool_calls` become content blocks (a text block when it has
+text, then a `tool_use` block per call); a run of `tool` messages becomes one user message
+of `tool_result` blocks. A request without tool use sends its other messages as they are,
+so its body is what it was before tools existed.
+"""
+
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -7,7 +15,7 @@ import httpx
 
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.request import Message, ModelRequest
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -27,6 +35,83 @@ _RESET_HEADERS = (
 )
 
 
+_TOOL_CHOICES = {
+    "auto": {"type": "auto"},
+    "required": {"type": "any"},
+    "none": {"type": "none"},
+}
+
+
+def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if message.get("content"):
+        blocks.append({"type": "text", "text": message["content"]})
+    blocks.extend(
+        {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}
+        for c in message["tool_calls"]
+    )
+    return blocks
+
+
+def split_messages(messages: list[Message]) -> tuple[list[str], list[Message]]:
+    """The system texts, and the other messages in the Messages API's shape."""
+    system: list[str] = []
+    out: list[Message] = []
+    results: list[dict[str, Any]] | None = None  # the tool_result blocks of a run of tools
+    for message in messages:
+        role = message["role"]
+        if role == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": message["tool_call_id"],
+                "content": message["content"],
+            }
+            if results is None:
+                results = [block]
+                out.append({"role": "user", "content": results})
+            else:
+                results.append(block)
+            continue
+        results = None
+        if role == "system":
+            system.append(message["content"])
+        elif role == "assistant" and message.get("tool_calls"):
+            out.append({"role": "assistant", "content": _assistant_blocks(message)})
+        elif "tool_calls" in message:  # an empty list: the key is not the API's
+            out.append({k: v for k, v in message.items() if k != "tool_calls"})
+        else:
+            out.append(message)
+    return system, out
+
+
+def anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for tool in tools:
+        entry = {"name": tool["name"]}
+        if "description" in tool:
+            entry["description"] = tool["description"]
+        entry["input_schema"] = tool.get("parameters") or {"type": "object", "properties": {}}
+        out.append(entry)
+    return out
+
+
+def parse_tool_use(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"id": block["id"], "name": block["name"], "arguments": _arguments(block.get("input"))}
+        for block in content
+        if block["type"] == "tool_use"
+    ]
+
+
+def _arguments(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    if value is None:
+        return {}
+    # The API's input is always an object; anything else is kept for a tool error.
+    return {"_unparsed": value if isinstance(value, str) else json.dumps(value)}
+
+
 def seconds_until(timestamp: str, now: datetime | None = None) -> float | None:
     """Seconds from now until an RFC 3339 timestamp (Anthropic's reset headers)."""
     try:
@@ -43,23 +128,23 @@ class AnthropicMessagesAdapter:
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        system = [m["content"] for m in request.messages if m["role"] == "system"]
+        system, messages = split_messages(request.messages)
         params = dict(request.params)
         if "stop" in params:
             params["stop_sequences"] = params.pop("stop")
-        body: dict[str, Any] = {
-            "model": request.endpoint.model,
-            "messages": [m for m in request.messages if m["role"] != "system"],
-            **params,
-        }
+        body: dict[str, Any] = {"model": request.endpoint.model, "messages": messages, **params}
         if system:
             body["system"] = "\n\n".join(system)
+        if request.tools:
+            body["tools"] = anthropic_tools(request.tools)
+            if request.tool_choice is not None:
+                choice = request.tool_choice
+                body["tool_choice"] = dict(_TOOL_CHOICES.get(choice) or {"type": choice})
         return json_post(f"{request.endpoint.base_url}/messages", headers, body)
 
     def parse(self, body: Any) -> ParsedBody:
-        text = "".join(
-            block.get("text", "") for block in body.get("content", []) if block["type"] == "text"
-        )
+        content = body.get("content", [])
+        text = "".join(block.get("text", "") for block in content if block["type"] == "text")
         usage = body.get("usage") or {}
         return ParsedBody(
             text=text,
@@ -67,6 +152,7 @@ class AnthropicMessagesAdapter:
             stop_reason=_STOP_REASONS.get(body.get("stop_reason") or "", "other"),
             input_tokens=usage.get("input_tokens"),
             output_tokens=usage.get("output_tokens"),
+            tool_calls=parse_tool_use(content),
         )
 
     def reset_after_s(self, headers: httpx.Headers) -> float | None:

@@ -1,5 +1,13 @@
-"""OpenAI Chat Completions, also spoken by vLLM, llama.cpp server and Ollama."""
+"""OpenAI Chat Completions, also spoken by vLLM, llama.cpp server and Ollama.
 
+Neutral messages (see `request`) are already Chat Completions messages except for tool
+use: an assistant's `tool_calls` become `{"id", "type": "function", "function": {"name",
+"arguments": <JSON string>}}` (its content null when it has no text), and a `tool` message
+becomes `{"role": "tool", "tool_call_id", "content"}`. A request without tool use sends its
+messages as they are, so its body is what it was before tools existed.
+"""
+
+import json
 import re
 from typing import Any
 
@@ -7,7 +15,7 @@ import httpx
 
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.request import Message, ModelRequest
 
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "stop",
@@ -16,6 +24,8 @@ _STOP_REASONS: dict[str, StopReason] = {
     "function_call": "tool_use",
     "content_filter": "content_filter",
 }
+
+_TOOL_FIELDS = ("name", "description", "parameters")
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -29,6 +39,86 @@ def parse_openai_duration(value: str) -> float | None:
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
 
 
+def _chat_message(message: Message) -> Message:
+    """One neutral message as a Chat Completions message."""
+    role = message["role"]
+    if role == "tool":
+        return {
+            "role": "tool",
+            "tool_call_id": message["tool_call_id"],
+            "content": message["content"],
+        }
+    if role == "assistant" and "tool_calls" in message:
+        if not message["tool_calls"]:  # the API refuses an empty list
+            return {k: v for k, v in message.items() if k != "tool_calls"}
+        return {
+            "role": "assistant",
+            "content": message.get("content") or None,
+            "tool_calls": [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": _arguments_json(call)},
+                }
+                for call in message["tool_calls"]
+            ],
+        }
+    return message
+
+
+def _arguments_json(call: dict[str, Any]) -> str:
+    arguments = call["arguments"]
+    # Arguments that were not JSON go back as the model wrote them (see parse_arguments).
+    if isinstance(arguments, dict) and list(arguments) == ["_unparsed"]:
+        raw = arguments["_unparsed"]
+        if isinstance(raw, str):
+            return raw
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def chat_messages(messages: list[Message]) -> list[Message]:
+    """The messages to send: the list itself when none of them is about tool use."""
+    for message in messages:
+        if message["role"] == "tool" or "tool_calls" in message:
+            return [_chat_message(m) for m in messages]
+    return messages
+
+
+def chat_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {k: tool[k] for k in _TOOL_FIELDS if k in tool}}
+        for tool in tools
+    ]
+
+
+def parse_arguments(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments: the JSON object its string holds. A string that is not one
+    is kept as `{"_unparsed": raw}`, for the caller to answer with a tool error."""
+    if isinstance(raw, dict):  # some OpenAI-compatible servers send the object itself
+        return raw
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    try:
+        arguments = json.loads(raw)
+    except (TypeError, ValueError):
+        arguments = None
+    if isinstance(arguments, dict):
+        return arguments
+    return {"_unparsed": raw if isinstance(raw, str) else json.dumps(raw)}
+
+
+def parse_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls") or []
+    return [
+        {
+            "id": call.get("id") or f"call_{i}",
+            "name": call["function"]["name"],
+            "arguments": parse_arguments(call["function"].get("arguments")),
+        }
+        for i, call in enumerate(calls)
+    ]
+
+
 class OpenAIChatAdapter:
     def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request:
         headers: dict[str, str] = {}
@@ -36,14 +126,20 @@ class OpenAIChatAdapter:
             headers["authorization"] = f"Bearer {api_key}"
         body: dict[str, Any] = {
             "model": request.endpoint.model,
-            "messages": request.messages,
+            "messages": chat_messages(request.messages),
             **request.params,
         }
+        # An empty list is left out as None is: the API refuses `"tools": []`.
+        if request.tools:
+            body["tools"] = chat_tools(request.tools)
+            if request.tool_choice is not None:
+                body["tool_choice"] = request.tool_choice
         return json_post(f"{request.endpoint.base_url}/chat/completions", headers, body)
 
     def parse(self, body: Any) -> ParsedBody:
         choice = body["choices"][0]
-        content = choice["message"].get("content") or ""
+        message = choice["message"]
+        content = message.get("content") or ""
         usage = body.get("usage") or {}
         return ParsedBody(
             text=content,
@@ -51,6 +147,7 @@ class OpenAIChatAdapter:
             stop_reason=_STOP_REASONS.get(choice.get("finish_reason") or "", "other"),
             input_tokens=usage.get("prompt_tokens"),
             output_tokens=usage.get("completion_tokens"),
+            tool_calls=parse_tool_calls(message),
         )
 
     def reset_after_s(self, headers: httpx.Headers) -> float | None:

@@ -7,6 +7,14 @@ It speaks real HTTP/1.1 on 127.0.0.1 and imitates three provider endpoints:
 * ``GET  /v1/models``           -- OpenAI list shape, or the Anthropic one when the
   request carries an ``anthropic-version`` header.
 
+A completion's answer comes from the ``responder``: a function of the request body that
+returns a text, or ``{"text": str, "tool_calls": [{"name": str, "arguments": dict}]}`` to
+call tools. Tool calls are rendered in the shape of the endpoint hit (OpenAI
+``message.tool_calls`` with ids ``call_<n>`` and finish reason ``tool_calls``; Anthropic
+``tool_use`` blocks with ids ``toolu_<n>`` and stop reason ``tool_use``), ``n`` counting up
+over the server's life so every id is unique. ``tests.support.agent_scripts`` reads the
+conversation of either format back, to script tool-using trajectories with one responder.
+
 Control endpoints (mainly for when the server runs in another process):
 
 * ``GET  /_stats``  -- ``{"calls": n, "calls_by_path": {...}, "max_inflight": m}``
@@ -62,6 +70,7 @@ __all__ = [
     "FakeLLMServer",
     "OPENAI_CHAT_PATH",
     "Responder",
+    "ResponderReply",
     "default_responder",
     "last_user_message",
     "main",
@@ -75,7 +84,9 @@ MODELS_PATH = "/v1/models"
 COMPLETION_PATHS = frozenset({OPENAI_CHAT_PATH, ANTHROPIC_MESSAGES_PATH})
 DEFAULT_MODELS: tuple[str, ...] = ("fake-model",)
 
-Responder = Callable[[dict[str, Any]], str]
+#: A text, or ``{"text": str, "tool_calls": [{"name": str, "arguments": dict}]}``.
+ResponderReply = str | dict[str, Any]
+Responder = Callable[[dict[str, Any]], ResponderReply]
 
 #: Header values that are credentials: recorded as present/absent, never stored.
 _SECRET_HEADERS = frozenset(
@@ -171,12 +182,27 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+def _is_tool_results(content: Any) -> bool:
+    """An Anthropic user message that only carries tool results (OpenAI's ``role: tool``)."""
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
+
+
 def last_user_message(body: dict[str, Any]) -> str:
-    """Text of the last ``role == "user"`` message of a chat/messages request ("" if none)."""
+    """Text of the last ``role == "user"`` message of a chat/messages request ("" if none).
+    An Anthropic user message of tool results only is not one (in OpenAI's shape those are
+    ``role: tool`` messages), so both formats give the same text."""
     messages = body.get("messages")
     if isinstance(messages, list):
         for msg in reversed(messages):
-            if isinstance(msg, dict) and msg.get("role") == "user":
+            if (
+                isinstance(msg, dict)
+                and msg.get("role") == "user"
+                and not _is_tool_results(msg.get("content"))
+            ):
                 return _text_of(msg.get("content"))
     return ""
 
@@ -198,8 +224,24 @@ def _prompt_words(body: dict[str, Any]) -> int:
     if isinstance(messages, list):
         for msg in messages:
             if isinstance(msg, dict):
-                n += len(_text_of(msg.get("content")).split())
+                content = msg.get("content")
+                n += len(_text_of(content).split())
+                if isinstance(content, list):  # Anthropic tool results, as OpenAI counts them
+                    for block in content:
+                        if isinstance(block, dict) and block.get("type") == "tool_result":
+                            n += len(_text_of(block.get("content")).split())
     return n
+
+
+def _reply_parts(reply: ResponderReply) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """A responder's reply as (text, [(tool name, arguments), ...])."""
+    if isinstance(reply, dict):
+        calls = [
+            (str(call["name"]), dict(call.get("arguments") or {}))
+            for call in reply.get("tool_calls") or []
+        ]
+        return str(reply.get("text") or ""), calls
+    return str(reply), []
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
@@ -333,6 +375,7 @@ class FakeLLMServer:
         self._inflight = 0
         self._max_inflight = 0
         self._seq = 0
+        self._tool_seq = 0  # never reset: tool call ids stay unique over the server's life
 
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -707,11 +750,19 @@ class FakeLLMServer:
             if latency > 0:
                 await asyncio.sleep(latency)
             try:
-                text = self.responder(body)
+                text, calls = _reply_parts(self.responder(body))
             except Exception as exc:
                 entry["status"] = 500
                 return _error_reply(path, 500, f"Responder failed: {exc!r}")
-            return _completion_reply(path, body, str(text), seq, self.served_model)
+            prefix = "toolu_" if path == ANTHROPIC_MESSAGES_PATH else "call_"
+            with self._lock:
+                first = self._tool_seq + 1
+                self._tool_seq += len(calls)
+            tool_calls = [
+                (f"{prefix}{first + i}", name, arguments)
+                for i, (name, arguments) in enumerate(calls)
+            ]
+            return _completion_reply(path, body, text, seq, self.served_model, tool_calls)
         finally:
             self._inflight -= 1
 
@@ -787,8 +838,15 @@ def _request_entry(
 
 
 def _completion_reply(
-    path: str, body: dict[str, Any], text: str, seq: int, served_model: str | None
+    path: str,
+    body: dict[str, Any],
+    text: str,
+    seq: int,
+    served_model: str | None,
+    tool_calls: Sequence[tuple[str, str, dict[str, Any]]] = (),
 ) -> _Reply:
+    """The answer ``text`` (cut to ``max_tokens`` words) and ``tool_calls`` (id, name,
+    arguments) in the endpoint's shape. With tool calls the stop reason is the tool one."""
     words = text.split()
     limit = _max_tokens(body)
     truncated = limit is not None and len(words) > limit
@@ -796,9 +854,19 @@ def _completion_reply(
         words = words[: max(limit or 0, 0)]
         text = " ".join(words)
     prompt_tokens = _prompt_words(body)
-    completion_tokens = len(words)
+    completion_tokens = len(words) + sum(
+        len(name.split()) + len(json.dumps(arguments).split()) for _, name, arguments in tool_calls
+    )
     model = served_model or str(body.get("model") or "fake-model")
     if path == ANTHROPIC_MESSAGES_PATH:
+        content: list[dict[str, Any]] = (
+            [{"type": "text", "text": text}] if text or not tool_calls else []
+        )
+        content.extend(
+            {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+            for call_id, name, arguments in tool_calls
+        )
+        stop_reason = "tool_use" if tool_calls else "max_tokens" if truncated else "end_turn"
         return _json_reply(
             200,
             {
@@ -806,12 +874,24 @@ def _completion_reply(
                 "type": "message",
                 "role": "assistant",
                 "model": model,
-                "content": [{"type": "text", "text": text}],
-                "stop_reason": "max_tokens" if truncated else "end_turn",
+                "content": content,
+                "stop_reason": stop_reason,
                 "stop_sequence": None,
                 "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
             },
         )
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["content"] = text or None
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            for call_id, name, arguments in tool_calls
+        ]
+    finish_reason = "tool_calls" if tool_calls else "length" if truncated else "stop"
     return _json_reply(
         200,
         {
@@ -819,13 +899,7 @@ def _completion_reply(
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "length" if truncated else "stop",
-                }
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
