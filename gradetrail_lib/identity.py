@@ -33,6 +33,14 @@ def scorer_files(loaded: LoadedSpec) -> dict[str, Path]:
     return files
 
 
+def tool_files(loaded: LoadedSpec) -> dict[str, Path]:
+    """The Python sources of the spec's tools (what they return enters the requests)."""
+    files: dict[str, Path] = {}
+    for tool in loaded.spec.tools or []:
+        files.update(tool.files(loaded.base_dir))
+    return files
+
+
 def judge_files(loaded: LoadedSpec) -> dict[str, Path]:
     files: dict[str, Path] = {}
     for config in loaded.spec.scorers:
@@ -64,8 +72,18 @@ def scorer_hash(loaded: LoadedSpec) -> str:
 def requests_hash(loaded: LoadedSpec, model: ModelConfig) -> str:
     """Covers what enters the requests but the data (the responses asset's code version)."""
     spec = loaded.spec
+    agent = {}
+    if spec.messages is not None or spec.tools is not None:  # absent otherwise: hashes stay
+        agent = {
+            "messages": [m.model_dump(mode="json") for m in spec.messages or []],
+            "tools": [t.model_dump(mode="json", exclude_none=True) for t in spec.tools or []],
+            "tool_choice": spec.tool_choice,
+            "step_budget": spec.step_budget,
+            "tool_files": file_hashes(tool_files(loaded)),
+        }
     return hash_json(
         {
+            **agent,
             "system": spec.system,
             "prompt": spec.prompt,
             "params": request_params(spec.params),
@@ -77,12 +95,9 @@ def requests_hash(loaded: LoadedSpec, model: ModelConfig) -> str:
 
 
 def run_identity(loaded: LoadedSpec, dataset_hash: str) -> str:
+    files = {**scorer_files(loaded), **tool_files(loaded)}
     return hash_json(
-        {
-            "spec": spec_hash(loaded),
-            "dataset": dataset_hash,
-            "files": file_hashes(scorer_files(loaded)),
-        }
+        {"spec": spec_hash(loaded), "dataset": dataset_hash, "files": file_hashes(files)}
     )
 
 

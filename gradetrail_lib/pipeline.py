@@ -21,16 +21,20 @@ from gradetrail_lib.render import PromptRenderer
 from gradetrail_lib.request import ModelRequest, RequestBuilder
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec import LoadedSpec, ModelConfig
+from gradetrail_lib.tools import Toolbox
+from gradetrail_lib.trace import AgentStep, FailureMode
 
 # Reported after each finished request: (done, total).
 Progress = Callable[[int, int], None]
 class ResponseListener(Protocol):
     """Sees each target response as soon as it is known: the cached ones at once, each
-    new one as it arrives (called from the sending thread)."""
+    new one as it arrives (called from the sending thread); an agent's case when it ends."""
 
     def on_cached(self, responses: dict[str, ModelResponse]) -> None: ...
 
     def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None: ...
+
+    def on_trajectory(self, position: int, trajectory: "Trajectory") -> None: ...
 
 
 # Not frozen, for speed: one per sample.
@@ -43,13 +47,17 @@ class PlannedSample:
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """Everything decided before any call: rendered requests, keys and checked scorers."""
+    """Everything decided before any call: rendered requests, keys and checked scorers.
+    An agent's plan (a spec with tools) holds its first requests, its tools and the
+    builder of the requests that follow."""
 
     loaded: LoadedSpec
     dataset: Dataset
     model: ModelConfig
     items: list[PlannedSample]
     scorers: list[Scorer]
+    builder: RequestBuilder | None = None
+    toolbox: Toolbox | None = None
 
     @property
     def dataset_label(self) -> str:
@@ -133,7 +141,14 @@ def plan(
     dataset = dataset or load_spec_dataset(loaded)
     label = loaded.spec.dataset.path
     renderer = PromptRenderer(loaded.spec)
-    builder = RequestBuilder(model, loaded.spec.params)
+    spec = loaded.spec
+    toolbox = Toolbox(spec.tools, loaded.base_dir) if spec.tools is not None else None
+    builder = RequestBuilder(
+        model,
+        spec.params,
+        tools=toolbox.definitions() if toolbox is not None else None,
+        tool_choice=spec.tool_choice,
+    )
     items: list[PlannedSample] = []
     errors: list[InputError] = []
     for sample in dataset.samples:
@@ -151,7 +166,33 @@ def plan(
             items.append(PlannedSample(sample, again, repeat))
     if errors:
         raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
-    return EvalPlan(loaded, dataset, model, items, scorers)
+    return EvalPlan(loaded, dataset, model, items, scorers, builder, toolbox)
+
+
+@dataclass
+class StepCall:
+    """One model call of an agent's case."""
+
+    request: ModelRequest
+    response: ModelResponse | None
+    cache_hit: bool
+    error: str | None = None
+
+
+@dataclass
+class Trajectory:
+    """An agent's case as the responses step leaves it: its steps and their calls, the
+    last answer, and why it stopped early if it did."""
+
+    steps: list[AgentStep]
+    calls: list[StepCall]
+    final: ModelResponse | None
+    stopped: FailureMode | None  # provider_error, thrash or budget_exhausted
+    error: str | None = None
+
+    @property
+    def tool_error(self) -> bool:
+        return any(r.error is not None for s in self.steps for r in s.tool_results)
 
 
 @dataclass
@@ -166,6 +207,8 @@ class Responses:
     wall_s: float = 0.0
     # How the misses were sent (the backend's describe()), for the manifest.
     execution: dict[str, object] = field(default_factory=dict)
+    # An agent's cases, by position in the plan's items (every step's call is above too).
+    trajectories: dict[int, Trajectory] = field(default_factory=dict)
 
     def outcome(self, key: str) -> ModelResponse | ProviderError | None:
         return self.responses.get(key) or self.errors.get(key)
@@ -208,6 +251,13 @@ def fetch_responses(
         # llama.cpp's server answers one request at a time; more would only queue there
         # and make the measured latencies lie.
         backend = backend.limited(1)
+    if plan.toolbox is not None:
+        from gradetrail_lib.agent import run_agents
+
+        return run_agents(
+            plan, cache, backend, started=started, read_cache=read_cache,
+            looked_up=looked_up, progress=progress, listener=listener,
+        )  # fmt: skip
     result = Responses(execution=backend.describe())  # as it ran, limits applied
     unique = plan.unique_requests
     if cache is not None and read_cache:

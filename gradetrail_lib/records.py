@@ -13,7 +13,7 @@ from typing import Any
 
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.pipeline import EvalPlan, PlannedSample, Responses
+from gradetrail_lib.pipeline import EvalPlan, PlannedSample, Responses, Trajectory
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.request import ModelRequest
@@ -59,6 +59,8 @@ class Scoring:
         self._callers = [i for i, s in enumerate(plan.scorers) if s.makes_calls]
         self._stage = CallStage(cache, backend, read_cache=read_cache) if self._callers else None
         self._delivered: set[str] = set()
+        # An agent's case that stopped early, by position: thrash, budget_exhausted.
+        self._stopped: dict[int, FailureMode | None] = {}
 
     def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None:
         if self._stage is not None:
@@ -77,20 +79,60 @@ class Scoring:
         if key in self._delivered:
             return []
         self._delivered.add(key)
-        plan = self.plan
         requests: list[ModelRequest] = []
-        for position in plan.items_by_key.get(key, ()):
-            item = plan.items[position]
-            record = self._start_record(item, response, cache_hit)
-            self._records[position] = record
-            if self._stage is None:
-                continue
-            scoring = ScoreInput(item.sample, response.text, record)
-            named = [[] if not s.makes_calls else s.requests(scoring) for s in plan.scorers]
-            self._requests[position] = named
-            for listed in named:
-                requests.extend(listed)
+        for position in self.plan.items_by_key.get(key, ()):
+            item = self.plan.items[position]
+            requests += self._begin(position, self._start_record(item, response, cache_hit))
         return requests
+
+    def on_trajectory(self, position: int, trajectory: Trajectory) -> None:
+        """An agent's case is over: its record starts (and its judging)."""
+        if self._records[position] is not None:
+            return
+        item = self.plan.items[position]
+        model = self.plan.model
+        calls = []
+        for step in trajectory.calls:
+            call = self._call(
+                "target", step.request, model.provider, model.name, step.response, step.cache_hit
+            )
+            call.error = step.error
+            calls.append(call)
+        final = trajectory.final if trajectory.stopped != "provider_error" else None
+        record = TraceRecord(
+            schema_version=SCHEMA_VERSION,
+            id=item.sample.id,
+            repeat=item.repeat,
+            messages=item.request.messages,
+            calls=calls,
+            response=final.text if final is not None else None,
+            stop_reason=final.stop_reason if final is not None else None,
+            scores={},
+            outcome="scored",
+            failure_mode=None,
+            trajectory=trajectory.steps,
+        )
+        self._stopped[position] = trajectory.stopped
+        if final is None:
+            reason = trajectory.error or "no response"
+            record.scores = {s.name: ScoreEntry(None, reason) for s in self.plan.scorers}
+            record.outcome = record.failure_mode = "provider_error"
+            self._records[position] = record
+            return
+        requests = self._begin(position, record)
+        if self._stage is not None:
+            self._stage.submit(requests)
+
+    def _begin(self, position: int, record: TraceRecord) -> list[ModelRequest]:
+        """Keeps the record; returns the requests its scorers need (a judge's)."""
+        self._records[position] = record
+        if self._stage is None or record.response is None:
+            return []
+        item = self.plan.items[position]
+        scoring = ScoreInput(item.sample, record.response, record)
+        named = [[] if not s.makes_calls else s.requests(scoring) for s in self.plan.scorers]
+        self._requests[position] = named
+        return [r for listed in named for r in listed]
 
     def cancel(self) -> None:
         """The run is aborting: stop the scorers' calls (what arrived is cached)."""
@@ -99,6 +141,10 @@ class Scoring:
 
     def feed(self, responses: Responses) -> None:
         """Every response of the step not seen yet (all of them, in Dagster)."""
+        if self.plan.toolbox is not None:
+            for position, trajectory in responses.trajectories.items():
+                self.on_trajectory(position, trajectory)
+            return
         fresh = {k: v for k, v in responses.responses.items() if k not in self._delivered}
         cached = {k: v for k, v in fresh.items() if k in responses.cache_hits}
         self.on_cached(cached)
@@ -116,13 +162,14 @@ class Scoring:
             if record is None:
                 records.append(self._unanswered(item, responses))
                 continue
-            pending.extend(self._score(position, item, record, calls))
+            if record.response is not None:
+                pending.extend(self._score(position, item, record, calls))
             records.append(record)
         if pending:
             asyncio.run(_await_scores(pending))
-        for record in records:
+        for position, record in enumerate(records):
             if record.response is not None:
-                _settle(record, self.plan.primary_scorer)
+                _settle(record, self.plan.primary_scorer, self._stopped.get(position))
         return ScoredRun(records, calls)
 
     # -- one record
@@ -255,13 +302,22 @@ async def _await_scores(pending: list[tuple[TraceRecord, str, Awaitable[Score]]]
     await asyncio.gather(*(one(*p) for p in pending))
 
 
-def _settle(record: TraceRecord, primary: str) -> None:
-    """Outcome and failure mode follow the primary scorer."""
+def _settle(record: TraceRecord, primary: str, stopped: FailureMode | None = None) -> None:
+    """Outcome and failure mode follow the primary scorer; an agent that stopped early
+    (thrash, budget_exhausted) failed that way whatever its last words scored, and a
+    wrong answer after a tool error is the tool error's."""
     entry = record.scores[primary]
     outcome: Outcome = "scored"
     failure: FailureMode | None = None
     if entry.error is not None:
         outcome = failure = entry.error
+    elif stopped is not None:
+        failure = stopped
     elif entry.score is not None and entry.score < 1.0:
-        failure = "truncated" if record.stop_reason == "max_tokens" else "wrong_answer"
+        if any(r.error is not None for step in record.trajectory for r in step.tool_results):
+            failure = "tool_error"
+        elif record.stop_reason == "max_tokens":
+            failure = "truncated"
+        else:
+            failure = "wrong_answer"
     record.outcome, record.failure_mode = outcome, failure

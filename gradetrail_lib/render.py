@@ -123,14 +123,22 @@ class Template:
 
 
 class PromptRenderer:
+    """The first messages of a sample's conversation: `system` and `prompt`, or the
+    spec's `messages:` chat, each content a template."""
+
     def __init__(self, spec: "Spec") -> None:
-        self._system = Template(spec.system, "system") if spec.system is not None else None
-        self._prompt = Template(spec.prompt, "prompt")
+        self._chat: list[tuple[str, Template]] = []
+        if spec.messages is not None:
+            for i, m in enumerate(spec.messages):
+                self._chat.append((m.role, Template(m.content, f"messages[{i}].content")))
+            return
+        if spec.system is not None:
+            self._chat.append(("system", Template(spec.system, "system")))
+        assert spec.prompt is not None
+        self._chat.append(("user", Template(spec.prompt, "prompt")))
 
     def messages(self, sample: Sample, dataset_path: str) -> list[Message]:
-        messages: list[Message] = []
-        if self._system is not None:
-            system = self._system.render(sample, dataset_path)
-            messages.append({"role": "system", "content": system})
-        messages.append({"role": "user", "content": self._prompt.render(sample, dataset_path)})
-        return messages
+        return [
+            {"role": role, "content": template.render(sample, dataset_path)}
+            for role, template in self._chat
+        ]

@@ -18,6 +18,7 @@ from gradetrail_lib.config import ModelConfig, Params, ProviderName, Strict, che
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
 from gradetrail_lib.scorers.registry import config_types
+from gradetrail_lib.tools import ToolConfig
 from gradetrail_lib.yaml_source import Location, YamlDocument, load_yaml
 
 __all__ = [
@@ -56,6 +57,16 @@ class Watch(Strict):
     api_key_env: str | None = None
 
 
+class MessageTemplate(Strict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+    @field_validator("content")
+    @classmethod
+    def _check_content(cls, content: str) -> str:
+        return check_template(content)
+
+
 class Spec(Strict):
     """`models:` (or one `model:`) and `scorers:` (or one `scorer:`, named `score`); after
     validation `models` and `scorers` hold them either way, the first scorer primary."""
@@ -64,7 +75,13 @@ class Spec(Strict):
     description: str | None = None
     dataset: DatasetRef
     system: str | None = None
-    prompt: str
+    # One user prompt, or a chat of templates (`messages:`), exactly one of them.
+    prompt: str | None = None
+    messages: list[MessageTemplate] | None = Field(default=None, min_length=1)
+    # An agent: the tools offered, and how many model calls a case may make.
+    tools: list[ToolConfig] | None = Field(default=None, min_length=1)
+    tool_choice: Literal["auto", "required", "none"] = "auto"
+    step_budget: int = Field(default=8, ge=1, le=100)
     models: list[ModelConfig] = Field(default_factory=list)
     model: ModelConfig | None = None
     params: Params = Field(default_factory=Params)
@@ -79,6 +96,15 @@ class Spec(Strict):
     @classmethod
     def _check_templates(cls, source: str | None) -> str | None:
         return None if source is None else check_template(source)
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[ToolConfig] | None) -> list[ToolConfig] | None:
+        names = [t.name for t in tools or []]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tool names must be unique: {', '.join(dupes)}")
+        return tools
 
     @field_validator("models")
     @classmethod
@@ -123,6 +149,10 @@ class Spec(Strict):
             object.__setattr__(self, "scorers", [self.scorer])  # named `score` by default
         if not self.scorers:
             raise ValueError("give scorers (a list) or scorer (one mapping)")
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give prompt (one user message) or messages (a chat), one of them")
+        if self.messages is not None and self.system is not None:
+            raise ValueError("with messages, write the system message among them")
         return self
 
     @property

@@ -73,7 +73,11 @@ def call_totals(
 def scorer_figures(
     records: Sequence[TraceRecord], name: str, kind: str, threshold: float = DEFAULT_THRESHOLD
 ) -> ScorerFigures:
+    # Here: stats imports this module. Pure arithmetic, no scipy.
+    from gradetrail_lib.stats.repeats import pass_at_k_points
+
     scores = [s for r in records if (s := r.score_of(name)) is not None]
+    pass_at, pass_hat = pass_at_k_points(records, name, threshold)
     return ScorerFigures(
         type=kind,
         n=len(records),
@@ -81,6 +85,8 @@ def scorer_figures(
         errors=sum(r.error_of(name) is not None for r in records),
         mean=sum(scores) / len(scores) if scores else None,
         passed=sum(s >= threshold for s in scores),
+        pass_at_k=pass_at,
+        pass_hat_k=pass_hat,
     )
 
 
@@ -108,12 +114,22 @@ def format_cost(totals: CallTotals) -> str:
 
 
 def format_summary(records: Sequence[TraceRecord], summary: RunSummary, wall_s: float) -> str:
-    """What `gradetrail run` prints: every scorer's mean and pass rate with interval and n."""
+    """What `gradetrail run` prints: every scorer's mean and pass rate with interval and n;
+    with repeats, then each scorer's pass@1, pass@n and pass^n over cases."""
     # Here: stats imports this module.
+    from gradetrail_lib.stats.repeats import case_outcomes, describe_at_k, max_trials, repeat_stats
     from gradetrail_lib.stats.run_stats import describe, scorer_estimates
 
     counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
     lines = [f"Samples: {summary.samples} ({counts})"]
+    cases = case_outcomes(records, summary.primary) if summary.scorers else []
+    trials = max_trials(cases)
+    if trials > 1:
+        lines.append(
+            f"Repeats: {trials} per case, {len(cases)} cases; intervals resample cases. "
+            "pass@k: the chance one of k repeats passes (Chen et al. 2021's unbiased "
+            "estimator); pass^k: that all k pass"
+        )
     for index, (name, figures) in enumerate(summary.scorers.items()):
         stats = scorer_estimates(records, name, threshold=DEFAULT_THRESHOLD)
         primary = " (primary)" if index == 0 else ""
@@ -122,11 +138,17 @@ def format_summary(records: Sequence[TraceRecord], summary: RunSummary, wall_s: 
             f"Scorer {name} [{figures.type}]{primary}: mean {describe(stats.mean_score)}; "
             f"pass rate (score >= {DEFAULT_THRESHOLD:g}) {describe(stats.pass_rate)}{unscored}"
         )
+        if trials > 1:
+            ks = (1, trials)
+            at_k = repeat_stats(records, name, ks=ks, threshold=DEFAULT_THRESHOLD)
+            lines.append(f"  {describe_at_k(at_k, ks)}")
     target, judge = summary.target, summary.judge
+    # Per model call: one a sample, or one each step of an agent's case.
+    target_calls = sum(1 for r in records for c in r.calls if c.role == "target")
     lines += [
         f"Tokens: {target.input_tokens} in / {target.output_tokens} out",
         f"Cost: {format_cost(target)}",
-        f"Cache hits: {target.cache_hits}/{summary.samples}",
+        f"Cache hits: {target.cache_hits}/{target_calls}",
     ]
     if judge.calls or judge.cache_hits or judge.errors:
         lines.append(

@@ -139,7 +139,7 @@ def test_bad_provider_enum(tmp_path):
 def test_missing_required_key_is_named_under_its_parent(tmp_path):
     path = write(tmp_path, edit("prompt: |\n  Solve: {{ question }}\n", ""))
     err = load_error(path)
-    assert str(err) == f"{path}:1: prompt: Field required"
+    assert str(err) == f"{path}:1: give prompt (one user message) or messages (a chat), one of them"
 
 
 def test_missing_key_inside_a_mapping_is_on_the_mapping_line(tmp_path):

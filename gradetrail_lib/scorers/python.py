@@ -6,27 +6,18 @@ The function asks for what it wants by keyword, among `sample` (the dataset row,
 returns a bool, a number in [0, 1], or a `(score, reason)` pair.
 """
 
-import hashlib
-import importlib
-import importlib.util
 import inspect
-import sys
-from collections.abc import Awaitable, Callable, Sequence
-from functools import cache
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator
 
+from gradetrail_lib.python_refs import load_function, source_path
 from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput
 from gradetrail_lib.scorers.registry import ScorerConfig
 
 ARGUMENTS = ("sample", "response", "record")
-
-
-class ScorerLoadError(ValueError):
-    """A `ref` that names no loadable function (reported at its spec line)."""
 
 
 class Config(ScorerConfig):
@@ -41,7 +32,7 @@ class Config(ScorerConfig):
             raise ValueError("ref must be 'file.py:function' or 'package.module:function'")
         base_dir = (info.context or {}).get("base_dir")
         if base_dir is not None:  # a spec being loaded from its file: load the function now
-            load_function(ref, Path(base_dir))
+            load_function(ref, Path(base_dir), ARGUMENTS)
         return ref
 
     def source_path(self, base_dir: Path) -> Path:
@@ -53,74 +44,6 @@ class Config(ScorerConfig):
 
 def build(config: Config, base_dir: Path) -> "PythonScorer":
     return PythonScorer(config, base_dir)
-
-
-def _is_file_ref(source: str) -> bool:
-    return source.endswith(".py") or "/" in source
-
-
-def source_path(ref: str, base_dir: Path) -> Path:
-    """The file whose content the scorer hash covers."""
-    source = ref.rpartition(":")[0]
-    if _is_file_ref(source):
-        path = (base_dir / source).resolve()
-        if not path.is_file():
-            raise ScorerLoadError(f"no such file: {path}")
-        return path
-    try:
-        found = importlib.util.find_spec(source)
-    except (ImportError, ValueError) as exc:
-        raise ScorerLoadError(f"cannot find module {source!r}: {exc}") from exc
-    if found is None or not found.origin or not Path(found.origin).is_file():
-        raise ScorerLoadError(f"cannot find module {source!r}")
-    return Path(found.origin)
-
-
-@cache
-def _load_file(path: Path, digest: str) -> ModuleType:
-    # Keyed on the content: an edited file is loaded again (a long-lived Dagster process).
-    name = f"gradetrail_scorer_{digest[:16]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ScorerLoadError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise ScorerLoadError(f"{path} raised {type(exc).__name__} on import: {exc}") from exc
-    return module
-
-
-def load_function(ref: str, base_dir: Path) -> Callable[..., Any]:
-    source, _, name = ref.rpartition(":")
-    path = source_path(ref, base_dir)
-    if _is_file_ref(source):
-        module = _load_file(path, hashlib.sha256(path.read_bytes()).hexdigest())
-    else:
-        try:
-            module = importlib.import_module(source)
-        except Exception as exc:
-            raise ScorerLoadError(
-                f"importing {source!r} raised {type(exc).__name__}: {exc}"
-            ) from exc
-    function: Callable[..., Any] | None = getattr(module, name, None)
-    if function is None or not callable(function):
-        raise ScorerLoadError(f"{source} has no function {name!r}")
-    wanted = inspect.signature(function).parameters
-    unknown = [
-        p.name
-        for p in wanted.values()
-        if p.name not in ARGUMENTS
-        and p.default is inspect.Parameter.empty
-        and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
-    ]
-    if unknown:
-        raise ScorerLoadError(
-            f"{name}() asks for {', '.join(unknown)}; a scorer may ask for " + ", ".join(ARGUMENTS)
-        )
-    return function
 
 
 def to_score(value: Any) -> Score:
@@ -147,7 +70,7 @@ class PythonScorer(BaseScorer):
 
     def __init__(self, config: Config, base_dir: Path) -> None:
         self.name = config.name
-        self._function = load_function(config.ref, base_dir)
+        self._function = load_function(config.ref, base_dir, ARGUMENTS)
         parameters = inspect.signature(self._function).parameters
         self._wants = tuple(a for a in ARGUMENTS if a in parameters)
         self._is_async = inspect.iscoroutinefunction(self._function)

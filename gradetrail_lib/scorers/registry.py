@@ -23,6 +23,7 @@ SCORER_MODULES = (
     "json_schema",
     "json_valid",
     "rouge_l",
+    "tool_call",
     "python",
     "judge",
 )
