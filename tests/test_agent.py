@@ -1,0 +1,240 @@
+"""Agents end to end: a tool-using spec against the loopback fake, which plays known
+trajectories in both provider formats; every step cached; the ways an agent fails."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradetrail_lib import load_run, run_spec
+from gradetrail_lib.errors import InputError
+from gradetrail_lib.identity import run_identity
+from gradetrail_lib.spec import load_spec
+from tests.conftest import run_cli
+from tests.support.agent_scripts import conversation, tool_call
+from tests.support.fake_llm_server import FakeLLMServer
+
+CITIES = {
+    "Paris": "sunny",  # answers right after one call
+    "Rome": "rainy",  # answers right (not sunny: the regex scorer fails it)
+    "Atlantis": None,  # calls a tool that does not exist, then gives up
+    "Nowhere": None,  # no scripted result for its call, then answers wrongly
+    "Loop": "foggy",  # calls the same thing again: thrash
+    "Budget": "windy",  # keeps calling with new arguments: over the budget
+}
+
+
+def sample(city: str) -> dict[str, Any]:
+    results = {"weather": []}
+    if CITIES[city] is not None and city != "Nowhere":
+        results["weather"].append(
+            {"arguments": {"city": city}, "result": {"condition": CITIES[city]}}
+        )
+    for i in range(1, 6):
+        results["weather"].append(
+            {"arguments": {"city": f"{city}{i}"}, "result": {"condition": "windy"}}
+        )
+    return {
+        "id": city.lower(),
+        "city": city,
+        "expected": {"tool_calls": [{"name": "weather", "arguments": {"city": city}}]},
+        "tool_results": results,
+    }
+
+
+def agent(body: dict[str, Any]) -> Any:
+    """The fake agent: what each city's case does at each turn."""
+    c = conversation(body)
+    city = c.messages[0]["content"].split(" in ")[1].rstrip("?")
+    turn = c.turns
+    if city == "Atlantis":
+        return tool_call("forecast", city=city) if turn == 0 else "I cannot tell."
+    if city == "Loop":
+        return tool_call("weather", city=city)
+    if city == "Budget":
+        return tool_call("weather", city=f"{city}{turn + 1}")
+    if turn == 0:
+        return tool_call("weather", city=city)
+    result = json.loads(c.last_tool_results[0]["content"])
+    if "error" in result:
+        return "It is sunny, I suppose."
+    return f"It is {result['condition']} in {city}."
+
+
+SPEC = """name: weather
+dataset: {{path: data/weather.jsonl}}
+messages:
+  - {{role: system, content: "You answer with the tools you are given."}}
+  - {{role: user, content: "What is the weather in {{{{ city }}}}?"}}
+model: {{provider: {provider}, name: agent-1, base_url: "{base_url}", api_key_env: GT_KEY}}
+params: {{temperature: 0, max_tokens: 64}}
+tools:
+  - name: weather
+    description: Look up current conditions.
+    parameters:
+      {{type: object, properties: {{city: {{type: string}}}}, required: [city]}}{tool_extra}
+step_budget: 3
+scorers:
+  - {{name: calls, type: tool_call}}
+  - {{name: answer, type: regex, pattern: "(?i)sunny"}}
+"""
+
+
+def project(
+    tmp_path: Path, base_url: str, provider: str = "openai_compatible", tool_extra: str = ""
+) -> Path:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "weather.jsonl").write_text(
+        "".join(json.dumps(sample(c)) + "\n" for c in CITIES)
+    )
+    spec = tmp_path / "weather.yaml"
+    spec.write_text(SPEC.format(provider=provider, base_url=base_url, tool_extra=tool_extra))
+    return spec
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GT_KEY", "sk-fake-not-a-secret")
+
+
+def records_by_id(done: Any) -> dict[str, Any]:
+    return {r.id: r for r in done.records}
+
+
+@pytest.mark.parametrize("provider", ["openai_compatible", "anthropic"])
+def test_known_trajectories_and_their_failure_modes(tmp_path: Path, provider: str) -> None:
+    with FakeLLMServer(responder=agent) as srv:
+        spec = project(tmp_path, f"{srv.base_url}/v1", provider)
+        (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+        sent = srv.calls
+        by_id = records_by_id(done)
+        paris = by_id["paris"]
+        assert (paris.outcome, paris.failure_mode) == ("scored", None)
+        assert paris.score_of("calls") == 1.0 and paris.score_of("answer") == 1.0
+        assert [len(s.tool_calls) for s in paris.trajectory] == [1, 0]
+        assert paris.trajectory[0].tool_results[0].content == '{"condition": "sunny"}'
+        assert paris.response == "It is sunny in Paris." and len(paris.calls) == 2
+        rome = by_id["rome"]
+        # The primary scorer (the tool calls) passes; the answer scorer does not.
+        assert (rome.failure_mode, rome.score_of("calls")) == (None, 1.0)
+        assert rome.score_of("answer") == 0.0
+        atlantis = by_id["atlantis"]
+        assert atlantis.failure_mode == "tool_error"
+        assert "no tool named 'forecast'" in str(atlantis.trajectory[0].tool_results[0].error)
+        nowhere = by_id["nowhere"]
+        assert nowhere.failure_mode is None and nowhere.score_of("answer") == 1.0  # lucky guess
+        assert nowhere.trajectory[0].tool_results[0].error.startswith("no scripted result")
+        loop = by_id["loop"]
+        assert loop.failure_mode == "thrash" and len(loop.trajectory) == 2
+        assert loop.trajectory[1].tool_results == []  # stopped at once, not run again
+        budget = by_id["budget"]
+        assert budget.failure_mode == "budget_exhausted" and len(budget.trajectory) == 3
+        assert sent == 2 + 2 + 2 + 2 + 2 + 3
+        assert done.summary.failure_modes == {"budget_exhausted": 1, "thrash": 1, "tool_error": 1}
+
+        # A re-run replays every trajectory from the cache.
+        (again,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+        assert srv.calls == sent
+        assert again.manifest.target.calls == 0 and again.manifest.target.cache_hits == sent
+        assert [r.trajectory for r in again.records] == [
+            [type(s)(**{**s.__dict__, "cache_hit": True}) for s in r.trajectory]
+            for r in done.records
+        ]
+        assert [r.scores for r in again.records] == [r.scores for r in done.records]
+
+
+def test_a_changed_tool_result_resends_only_the_steps_after_it(tmp_path: Path) -> None:
+    with FakeLLMServer(responder=agent) as srv:
+        spec = project(tmp_path, f"{srv.base_url}/v1")
+        run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+        first = srv.calls
+        data = tmp_path / "data" / "weather.jsonl"
+        rows = [json.loads(line) for line in data.read_text().splitlines()]
+        rows[0]["tool_results"]["weather"][0]["result"] = {"condition": "hail"}  # paris
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+        assert srv.calls == first + 1, "only Paris's second step is new"
+        paris = records_by_id(done)["paris"]
+        assert [s.cache_hit for s in paris.trajectory] == [True, False]
+        assert paris.response == "It is hail in Paris."
+
+
+def test_one_failing_case_does_not_stop_the_others(tmp_path: Path) -> None:
+    def flaky(body: dict[str, Any]) -> Any:
+        c = conversation(body)
+        if "Paris" in c.messages[0]["content"] and c.turns == 1:
+            raise RuntimeError("boom")  # the fake answers 500 when its responder raises
+        return agent(body)
+
+    with FakeLLMServer(responder=agent) as srv:
+        srv.responder = flaky
+        spec = project(tmp_path, f"{srv.base_url}/v1")
+        done = run_cli("run", str(spec), "--cache", str(tmp_path / "c.db"), cwd=tmp_path,
+                       env={"GT_KEY": "k"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = (tmp_path / "results").iterdir()
+    by_id = {r.id: r for r in load_run(run_dir)}
+    paris = by_id["paris"]
+    assert (paris.outcome, paris.failure_mode) == ("provider_error", "provider_error")
+    assert paris.calls[1].error is not None and len(paris.trajectory) == 1
+    assert by_id["rome"].outcome == "scored"
+
+
+def test_python_tools_sync_and_async_are_hashed_into_the_identity(tmp_path: Path) -> None:
+    (tmp_path / "tools").mkdir()
+    source = tmp_path / "tools" / "weather.py"
+    source.write_text(
+        "import asyncio\n\n"
+        "async def weather(city):\n"
+        "    await asyncio.sleep(0)\n"
+        "    if city == 'Atlantis':\n"
+        "        raise LookupError('no such city')\n"
+        "    return {'condition': 'sunny' if city == 'Paris' else 'cloudy'}\n"
+    )
+    with FakeLLMServer(responder=agent) as srv:
+        spec = project(
+            tmp_path, f"{srv.base_url}/v1", tool_extra='\n    ref: "tools/weather.py:weather"'
+        )
+        loaded = load_spec(spec)
+        before = run_identity(loaded, "d")
+        (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+    by_id = records_by_id(done)
+    assert by_id["paris"].trajectory[0].tool_results[0].content == '{"condition": "sunny"}'
+    assert by_id["nowhere"].trajectory[0].tool_results[0].error is None  # not scripted now
+    source.write_text(source.read_text().replace("cloudy", "overcast"))
+    assert run_identity(load_spec(spec), "d") != before
+
+
+def test_tool_spec_errors_name_file_line_and_field(tmp_path: Path) -> None:
+    spec = project(
+        tmp_path, "http://127.0.0.1:9/v1", tool_extra='\n    ref: "tools/gone.py:weather"'
+    )
+    with pytest.raises(InputError) as caught:
+        load_spec(spec)
+    assert caught.value.field == "tools[0].ref" and caught.value.line == 13
+    assert "no such file" in caught.value.message
+    bad = spec.read_text().replace("{type: object, properties", "{type: array, items")
+    spec.write_text(bad.replace('\n    ref: "tools/gone.py:weather"', ""))
+    with pytest.raises(InputError) as caught:
+        load_spec(spec)
+    assert caught.value.field == "tools[0].parameters"
+
+
+def test_a_plain_request_keeps_its_key_beside_a_tool_spec(tmp_path: Path) -> None:
+    """A spec without tools and with one user message keys exactly as a `prompt:` spec."""
+    from gradetrail_lib.pipeline import plan
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.jsonl").write_text('{"id": "a", "q": "hi"}\n')
+    base = (
+        "name: k\ndataset: {path: data/x.jsonl}\nmodel: {provider: openai, name: gpt-x}\n"
+        "scorer: {type: json_valid}\n"
+    )
+    (tmp_path / "p.yaml").write_text(base + "prompt: '{{ q }}'\n")
+    (tmp_path / "m.yaml").write_text(base + "messages: [{role: user, content: '{{ q }}'}]\n")
+    keys = []
+    for name in ("p.yaml", "m.yaml"):
+        loaded = load_spec(tmp_path / name)
+        keys.append(plan(loaded, loaded.spec.models[0]).items[0].request.key)
+    assert keys[0] == keys[1]
