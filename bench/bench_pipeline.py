@@ -32,7 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 GRADETRAIL = [sys.executable, "-m", "gradetrail_lib.cli"]
 
 
-def start_server(latency_s: float, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    latency_s: float, workdir: Path, responder: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     port_file = workdir / "port"
     server = subprocess.Popen(
         [
@@ -45,6 +47,7 @@ def start_server(latency_s: float, workdir: Path) -> tuple[subprocess.Popen[byte
             str(latency_s),
             "--port-file",
             str(port_file),
+            *(["--responder", responder] if responder else []),
         ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,

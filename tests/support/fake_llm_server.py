@@ -930,11 +930,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port-file", default=None, help="write the bound port here")
     parser.add_argument("--models", default=None, help="comma-separated model ids to list")
     parser.add_argument("--served-model", default=None, help="model name to answer with")
+    parser.add_argument(
+        "--responder", default=None, help="module:function answering each request (a Responder)"
+    )
     args = parser.parse_args(argv)
+    responder = None
+    if args.responder:
+        import importlib
+
+        module, _, name = args.responder.partition(":")
+        responder = getattr(importlib.import_module(module), name)
 
     models = [m for m in args.models.split(",") if m] if args.models else None
     srv = FakeLLMServer(
         latency_s=args.latency,
+        responder=responder,
         host=args.host,
         port=args.port,
         models=models,
