@@ -124,6 +124,18 @@ class AgentStep:
 
 
 @dataclass
+class Retrieval:
+    """What a sample says about retrieval (gradetrail_lib.retrieval): the ids of the
+    documents relevant to it (`relevant_context_ids`) and the scripted support verdicts of
+    documents an answer may cite (`citation_support`, document id -> supported)."""
+
+    __pydantic_config__ = _FORBID
+
+    relevant_ids: list[str] = field(default_factory=list)
+    support: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
 class TraceRecord:
     __pydantic_config__ = _FORBID
 
@@ -139,6 +151,8 @@ class TraceRecord:
     failure_mode: FailureMode | None
     # An agent's steps (a spec with tools); empty for a single request.
     trajectory: list[AgentStep] = field(default_factory=list)
+    # The sample's relevant document ids and scripted citation verdicts, when it has any.
+    retrieval: Retrieval | None = None
 
     # The figures statistics read. A sample without a response scores nothing on any
     # scorer; one whose scorer failed scores nothing on that scorer.

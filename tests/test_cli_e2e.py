@@ -170,6 +170,7 @@ def test_manifest_and_results_fields(tmp_path: Path, fake_server: FakeLLMServer)
         "outcome",
         "failure_mode",
         "trajectory",
+        "retrieval",
     }
     (call,) = rows[0]["calls"]
     assert call["role"] == "target" and len(call["request_key"]) == 64
