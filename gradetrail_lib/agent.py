@@ -121,10 +121,15 @@ async def _advance(
         )
         case.observed.add(f"{signature}={result.content}")
         case.made[signature] = len(case.observed)
-        case.messages.append(
-            {"role": "tool", "tool_call_id": str(call.get("id", "")), "name": call["name"],
-             "content": result.content}
-        )  # fmt: skip
+        message: Message = {
+            "role": "tool",
+            "tool_call_id": str(call.get("id", "")),
+            "name": call["name"],
+            "content": result.content,
+        }
+        if result.error is not None:
+            message["is_error"] = True  # Anthropic marks the result; OpenAI has no such flag
+        case.messages.append(message)
     if len(case.steps) >= budget:
         case.end(outcome, "budget_exhausted")
         return

@@ -19,6 +19,7 @@ from gradetrail_lib.live_endpoints import live_requests
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.render import PromptRenderer
 from gradetrail_lib.request import ModelRequest, RequestBuilder
+from gradetrail_lib.retrieval import check_sample as check_retrieval_fields
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec import LoadedSpec, ModelConfig
 from gradetrail_lib.tools import Toolbox
@@ -157,6 +158,7 @@ def plan(
             request = builder.build(messages, sample, label)
             for scorer in scorers:
                 scorer.check(sample, messages, label)
+            check_retrieval_fields(sample, label)
         except InputError as exc:
             errors.append(exc)
             continue

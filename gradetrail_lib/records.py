@@ -17,6 +17,7 @@ from gradetrail_lib.pipeline import EvalPlan, PlannedSample, Responses, Trajecto
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.retrieval import retrieval_of
 from gradetrail_lib.scorer_calls import CallStage
 from gradetrail_lib.scorers import Score, ScoreFailed, ScoreInput
 from gradetrail_lib.trace import (
@@ -111,6 +112,7 @@ class Scoring:
             outcome="scored",
             failure_mode=None,
             trajectory=trajectory.steps,
+            retrieval=retrieval_of(item.sample.fields),
         )
         self._stopped[position] = trajectory.stopped
         if final is None:
@@ -222,6 +224,7 @@ class Scoring:
             scores={},
             outcome="scored",
             failure_mode=None,
+            retrieval=retrieval_of(item.sample.fields),
         )
 
     def _unanswered(self, item: PlannedSample, responses: Responses) -> TraceRecord:
@@ -240,6 +243,7 @@ class Scoring:
             scores={s.name: ScoreEntry(None, reason) for s in self.plan.scorers},
             outcome="provider_error",
             failure_mode="provider_error",
+            retrieval=retrieval_of(item.sample.fields),
         )
 
     def _score(

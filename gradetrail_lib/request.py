@@ -24,7 +24,8 @@ Two fields join the key only when they are set, so that every other key stays as
 Messages are provider-neutral: `{"role": "system"|"user", "content": text}`,
 `{"role": "assistant", "content": text, "tool_calls": [{"id", "name", "arguments"}]}` (the
 `tool_calls` key only when there are some) and `{"role": "tool", "tool_call_id", "name",
-"content": text}`; each adapter translates them to its API's shape.
+"content": text}` (with `"is_error": true` for a failed tool); each adapter translates them to
+its API's shape.
 """
 
 from collections.abc import Callable

@@ -238,3 +238,53 @@ def test_a_plain_request_keeps_its_key_beside_a_tool_spec(tmp_path: Path) -> Non
         loaded = load_spec(tmp_path / name)
         keys.append(plan(loaded, loaded.spec.models[0]).items[0].request.key)
     assert keys[0] == keys[1]
+
+
+def test_retrieved_documents_reach_the_record_and_the_retrieval_command(tmp_path: Path) -> None:
+    """A search tool's scripted result carries documents; the sample lists the relevant
+    ids and support verdicts; `gradetrail retrieval` reads them back from the run."""
+
+    def searcher(body: dict[str, Any]) -> Any:
+        c = conversation(body)
+        if c.turns == 0:
+            return tool_call("search", query="capital of France")
+        return "Paris [doc:d2], and Lyon [doc:d9]."
+
+    (tmp_path / "data").mkdir()
+    docs = [{"id": "d1", "text": "France"}, {"id": "d2", "text": "Paris is the capital"}]
+    row = {
+        "id": "q1",
+        "question": "What is the capital of France?",
+        "relevant_context_ids": ["d2", "d3"],
+        "citation_support": {"d2": True},
+        "expected": {
+            "tool_calls": [{"name": "search", "arguments": {"query": "capital of France"}}]
+        },
+        "tool_results": {
+            "search": [{"arguments": {"query": "capital of France"}, "result": {"documents": docs}}]
+        },
+    }
+    (tmp_path / "data" / "q.jsonl").write_text(json.dumps(row) + "\n")
+    with FakeLLMServer(responder=searcher) as srv:
+        (tmp_path / "rag.yaml").write_text(
+            "name: rag\ndataset: {path: data/q.jsonl}\n"
+            "messages: [{role: user, content: '{{ question }}'}]\n"
+            f'model: {{provider: openai_compatible, name: rag-1, base_url: "{srv.base_url}/v1"}}\n'
+            "tools:\n  - name: search\n"
+            "    parameters: {type: object, properties: {query: {type: string}}}\n"
+            "scorer: {type: tool_call}\n"
+        )
+        (done,) = run_spec(
+            tmp_path / "rag.yaml", results_root=tmp_path / "r", cache=tmp_path / "c.db"
+        )
+    (record,) = done.records
+    assert [d["id"] for d in record.trajectory[0].tool_results[0].documents] == ["d1", "d2"]
+    assert record.retrieval is not None and record.retrieval.relevant_ids == ["d2", "d3"]
+    out = run_cli("retrieval", str(done.run_dir), "--k", "2", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (figures,) = json.loads(out.stdout)
+    # d1, d2 retrieved; d2 of d2, d3 relevant: precision@2 1/2, recall@2 1/2, MRR 1/2.
+    assert [figures[m]["value"] for m in ("precision_at_k", "recall_at_k", "mrr")] == [0.5] * 3
+    # d2 is retrieved and supported; d9 was never retrieved: unsupported.
+    faithful = figures["citation_faithfulness"]
+    assert (faithful["value"], faithful["n"], faithful["successes"]) == (0.5, 2, 1)

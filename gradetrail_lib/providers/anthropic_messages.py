@@ -66,6 +66,8 @@ def split_messages(messages: list[Message]) -> tuple[list[str], list[Message]]:
                 "tool_use_id": message["tool_call_id"],
                 "content": message["content"],
             }
+            if message.get("is_error"):
+                block["is_error"] = True
             if results is None:
                 results = [block]
                 out.append({"role": "user", "content": results})
