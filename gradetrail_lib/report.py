@@ -31,7 +31,7 @@ from gradetrail_lib.stats import (
 )
 from gradetrail_lib.stats.run_stats import percent
 from gradetrail_lib.summary import format_cost
-from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
+from gradetrail_lib.trace import AgentStep, CallTotals, Manifest, TraceRecord
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"
@@ -42,7 +42,12 @@ FAILURE_LABELS = {
     "provider_error": "provider error",
     "scorer_error": "scorer error",
     "judge_error": "judge error",
+    "tool_error": "tool error",
+    "thrash": "thrash (same call, nothing new)",
+    "budget_exhausted": "over the step budget",
 }
+# An agent stopped early has failed that way whatever its last words scored.
+AGENT_STOPS = ("thrash", "budget_exhausted")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,36 @@ class ScoreLine:
 
 
 @dataclass(frozen=True)
+class ToolCallView:
+    """One tool call of an agent step, and its result (None: the tool was not run)."""
+
+    id: str
+    name: str
+    arguments: str  # pretty JSON
+    ran: bool
+    content: str | None
+    error: str | None
+    documents: list[str]  # the ids of the documents the result carried
+
+
+@dataclass(frozen=True)
+class StepView:
+    number: int  # from 1
+    anchor: str  # the step's element id, unique in the page
+    summary: str
+    content: str
+    calls: list[ToolCallView]
+    request_key: str
+    tokens: str
+    latency_s: float | None
+    cache_hit: bool
+    stop_reason: str | None
+    error: str | None
+    # Why the agent was stopped after this step (its last), if it was.
+    stopped: str | None
+
+
+@dataclass(frozen=True)
 class FailedSample:
     id: str
     kind: str  # a FAILURE_LABELS key, or "below_threshold"
@@ -74,6 +109,10 @@ class FailedSample:
     tokens: str
     latency_s: float | None
     scores: list[ScoreLine]
+    # An agent's steps (empty for a single request), and the error of a last call that
+    # failed (it has no step).
+    trajectory: list[StepView]
+    trajectory_error: str | None
 
 
 @dataclass(frozen=True)
@@ -108,11 +147,90 @@ def _messages(raw: Any) -> list[Message]:
     return out
 
 
-def _failure(record: TraceRecord, primary: str, threshold: float) -> FailedSample:
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _tokens(input_tokens: int | None, output_tokens: int | None) -> str:
+    def count(n: int | None) -> str:
+        return "?" if n is None else str(n)
+
+    return f"{count(input_tokens)} in / {count(output_tokens)} out"
+
+
+def _tool_calls(step: AgentStep) -> list[ToolCallView]:
+    # A step's results are in the order of its calls, one each, or none at all when the
+    # agent was stopped before running them (a thrash).
+    results = step.tool_results if len(step.tool_results) == len(step.tool_calls) else None
+    views = []
+    for i, call in enumerate(step.tool_calls):
+        result = results[i] if results is not None else None
+        documents = result.documents if result is not None else []
+        views.append(
+            ToolCallView(
+                id=str(call.get("id", "")),
+                name=str(call.get("name", "?")),
+                arguments=_json(call.get("arguments", {})),
+                ran=result is not None,
+                content=result.content if result is not None else None,
+                error=result.error if result is not None else None,
+                documents=[str(d.get("id", "?")) if isinstance(d, Mapping) else "?"
+                           for d in documents],
+            )
+        )  # fmt: skip
+    return views
+
+
+def _step_summary(step: AgentStep, calls: list[ToolCallView]) -> str:
+    if not calls:
+        return "answered" if step.content else "answered (no text)"
+    names = ", ".join(c.name for c in calls)
+    errors = sum(c.error is not None for c in calls)
+    return f"called {names}" + (
+        f" ({errors} tool error{'s' if errors > 1 else ''})" if errors else ""
+    )
+
+
+def _trajectory(record: TraceRecord, anchor: str) -> list[StepView]:
+    steps = []
+    last = len(record.trajectory) - 1
+    stopped = record.failure_mode if record.failure_mode in AGENT_STOPS else None
+    for i, step in enumerate(record.trajectory):
+        calls = _tool_calls(step)
+        steps.append(
+            StepView(
+                number=i + 1,
+                anchor=f"{anchor}-step{i + 1}",
+                summary=_step_summary(step, calls),
+                content=step.content,
+                calls=calls,
+                request_key=step.request_key,
+                tokens=_tokens(step.input_tokens, step.output_tokens),
+                latency_s=step.latency_s,
+                cache_hit=step.cache_hit,
+                stop_reason=step.stop_reason,
+                error=step.error,
+                stopped=FAILURE_LABELS[stopped] if stopped and i == last else None,
+            )
+        )
+    return steps
+
+
+def _trajectory_error(record: TraceRecord) -> str | None:
+    """An agent's last call that failed: it made no step (the calls are one per step)."""
+    target = list(record.calls_of("target"))
+    if record.trajectory and len(target) > len(record.trajectory):
+        return target[-1].error
+    return None
+
+
+def _failure(record: TraceRecord, primary: str, threshold: float, anchor: str) -> FailedSample:
     # Truncation first: a cut-off answer is a budget problem, not a wrong answer.
     kind = "truncated" if record.truncated else (record.failure_mode or "below_threshold")
     label = FAILURE_LABELS.get(kind, "below the pass threshold")
-    if record.passes(primary, threshold):  # listed for another scorer's error
+    scorer_error = any(e.error is not None for e in record.scores.values())
+    # Listed for another scorer's error (not for an agent stopped early).
+    if record.passes(primary, threshold) and kind not in AGENT_STOPS and scorer_error:
         name, entry = next((n, e) for n, e in record.scores.items() if e.error is not None)
         kind = entry.error or kind
         label = f"{FAILURE_LABELS.get(kind, kind)} ({name})"
@@ -122,6 +240,13 @@ def _failure(record: TraceRecord, primary: str, threshold: float) -> FailedSampl
         if record.answered and target is not None
         else "no response"
     )
+    latency = target.latency_s if target is not None else None
+    steps = [c for c in record.calls_of("target") if c.error is None]
+    if record.trajectory and record.answered and len(steps) > 1:  # an agent: every step
+        used = _tokens(sum(c.input_tokens or 0 for c in steps),
+                       sum(c.output_tokens or 0 for c in steps))  # fmt: skip
+        tokens = f"{used} over {len(steps)} calls"
+        latency = sum(c.latency_s or 0.0 for c in steps)
     lines = []
     for name, entry in record.scores.items():
         outputs = [c.text or c.error or "" for c in record.calls if c.scorer == name]
@@ -137,8 +262,10 @@ def _failure(record: TraceRecord, primary: str, threshold: float) -> FailedSampl
         stop_reason=record.stop_reason,
         reason=primary_entry.reason if primary_entry else "",
         tokens=tokens,
-        latency_s=target.latency_s if target is not None else None,
+        latency_s=latency,
         scores=lines,
+        trajectory=_trajectory(record, anchor),
+        trajectory_error=_trajectory_error(record),
     )
 
 
@@ -225,17 +352,19 @@ def build_views(
         "threshold": threshold, "confidence": confidence, "method": method, "settings": settings,
     }  # fmt: skip
     views = []
-    for label, run in zip(labels, runs, strict=True):
+    for number, (label, run) in enumerate(zip(labels, runs, strict=True)):
         records = run.records
         primary = run.manifest.primary_scorer
         every = [run_stats(records, name, **options) for name in run.manifest.scorer_names]
         # Failing the primary scorer, or with any scorer's error (a judge that could not
-        # grade, a Python scorer that raised): both need a reader's eyes.
+        # grade, a Python scorer that raised), or an agent stopped early: all need a
+        # reader's eyes.
         failures = [
-            _failure(r, primary, threshold)
-            for r in records
+            _failure(r, primary, threshold, f"run{number}-sample{i}")
+            for i, r in enumerate(records)
             if not r.passes(primary, threshold)
             or any(e.error is not None for e in r.scores.values())
+            or r.failure_mode in AGENT_STOPS
         ]
         views.append(
             RunView(
@@ -249,9 +378,7 @@ def build_views(
         for scorer in a.manifest.scorer_names:
             try:
                 notes = check_comparable(a.manifest, b.manifest, scorer, labels=names)
-                result = compare(
-                    a.records, b.records, scorer, labels=names, notes=notes, **options
-                )
+                result = compare(a.records, b.records, scorer, labels=names, notes=notes, **options)
                 pairs.append(PairView(*names, scorer, result, None))
             except NotComparable as exc:
                 pairs.append(PairView(*names, scorer, None, str(exc)))
