@@ -8,7 +8,10 @@
   snapshot of the requested alias, `gpt-4o` served as `gpt-4o-2024-08-06`, fails with
   severity WARN; another model fails with ERROR); passes when nothing was served;
 * `dataset_hash_matches`: the run scored the data the `dataset` asset last recorded for
-  this partition (its data version), not a file edited since.
+  this partition (its data version), not a file edited since;
+* `agent_stop_rate` (a spec with tools only): an agent's cases stopped early, repeating a
+  call with nothing new observed (`thrash`) or still calling tools at the step budget
+  (`budget_exhausted`), over all samples, under the threshold.
 """
 
 from collections.abc import Sequence
@@ -16,6 +19,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from gradetrail_assets.resources import GradetrailResource
+from gradetrail_lib.report import AGENT_STOPS
 from gradetrail_lib.summary import RunSummary
 from gradetrail_lib.trace import Manifest, TraceRecord
 
@@ -34,12 +38,19 @@ CHECK_DESCRIPTIONS = {
     "dataset_hash_matches": "The run's dataset hash is the dataset asset's data version "
     "for this partition.",
 }
+AGENT_CHECK_DESCRIPTIONS = {
+    "agent_stop_rate": "Agent cases stopped early (thrash: the same call again with nothing "
+    "new observed; budget_exhausted: still calling tools at step_budget), over all samples, "
+    "at most GRADETRAIL_MAX_AGENT_STOP_RATE.",
+}
 
 
-def check_specs(asset: dg.AssetKey) -> list[dg.AssetCheckSpec]:
+def check_specs(asset: dg.AssetKey, *, agent: bool = False) -> list[dg.AssetCheckSpec]:
+    """The checks of a spec's scores; an agent's (a spec with tools) has `agent_stop_rate`."""
+    descriptions = {**CHECK_DESCRIPTIONS, **(AGENT_CHECK_DESCRIPTIONS if agent else {})}
     return [
         dg.AssetCheckSpec(name, asset=asset, description=description)
-        for name, description in CHECK_DESCRIPTIONS.items()
+        for name, description in descriptions.items()
     ]
 
 
@@ -114,12 +125,30 @@ def dataset_check(manifest: Manifest, dataset_version: str | None) -> dg.AssetCh
     )
 
 
+def agent_stop_check(summary: RunSummary, settings: GradetrailResource) -> dg.AssetCheckResult:
+    n = summary.samples
+    stopped = {mode: summary.failure_modes.get(mode, 0) for mode in AGENT_STOPS}
+    rate = _rate(sum(stopped.values()), n)
+    limit = settings.max_agent_stop_rate
+    return dg.AssetCheckResult(
+        check_name="agent_stop_rate",
+        passed=rate <= limit,
+        description=(
+            f"{stopped['thrash']} thrash + {stopped['budget_exhausted']} over the step budget "
+            f"of {n} samples: {rate:.4f} (threshold {limit:g})"
+        ),
+        metadata={"rate": rate, **stopped, "n": n, "threshold": limit},
+    )
+
+
 def score_checks(
     records: Sequence[TraceRecord],
     summary: RunSummary,
     manifest: Manifest,
     settings: GradetrailResource,
     dataset_version: str | None,
+    *,
+    agent: bool = False,
 ) -> list[dg.AssetCheckResult]:
     n = summary.samples
     errors = summary.outcomes.get("provider_error", 0)
@@ -155,4 +184,5 @@ def score_checks(
         ),
         served_model_check(manifest),
         dataset_check(manifest, dataset_version),
+        *([agent_stop_check(summary, settings)] if agent else []),
     ]  # fmt: skip

@@ -53,7 +53,7 @@ DB_POOL = "gradetrail_duckdb"
 STEPS = ("dataset", "responses", "scores", "stats", "report")
 # Bumped by hand when the statistics or the report template change meaning.
 STATS_VERSION = "stats-2"  # 2: figures per scorer
-REPORT_VERSION = "report-2"  # 2: every scorer, a judge's calls apart
+REPORT_VERSION = "report-3"  # 2: every scorer, a judge's calls apart; 3: agents' steps
 
 # Carries an edit down the graph tick by tick: Dagster's staleness goes one edge deep.
 PROPAGATE = dg.AutomationCondition.eager() | dg.AutomationCondition.code_version_changed()
@@ -80,6 +80,8 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     partitions = dg.DynamicPartitionsDefinition(name=partitions_name(spec.name))
     dataset_hash = load_spec_dataset(loaded).content_hash
     keys = {step: dg.AssetKey([name, step]) for step in STEPS}
+    # An agent (a spec with tools): the same graph, its failure modes counted and checked.
+    agent = spec.tools is not None
     common: dict[str, Any] = {"group_name": name, "partitions_def": partitions}
 
     @dg.asset(
@@ -105,7 +107,8 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         code_version=spec_requests_hash(loaded),
         description=(
             "Model responses, memoized by request key in the response cache: only cache misses "
-            "call the provider, each response is stored as it arrives."
+            "call the provider, each response is stored as it arrives. An agent's (a spec "
+            "with tools): every step of every case, its tools run here."
         ),
         **common,
     )
@@ -130,7 +133,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         code_version=scorer_hash(loaded),
         automation_condition=PROPAGATE,
         pool=DB_POOL,
-        check_specs=check_specs(keys["scores"]),
+        check_specs=check_specs(keys["scores"], agent=agent),
         description=(
             "Every response scored by every scorer of the spec; a judge's calls are made "
             "here (through the response cache), never by `responses`. Writes the run "
@@ -180,11 +183,13 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
                     }
                 )
             ),
-            metadata=scores_metadata(done.summary, done.records, done.manifest, str(done.run_dir)),
+            metadata=scores_metadata(
+                done.summary, done.records, done.manifest, str(done.run_dir), agent=agent
+            ),
         )
         dataset_version = latest_data_version(context.instance, keys["dataset"], partition)
         yield from score_checks(
-            done.records, done.summary, done.manifest, gradetrail, dataset_version
+            done.records, done.summary, done.manifest, gradetrail, dataset_version, agent=agent
         )
 
     @dg.asset(
@@ -219,7 +224,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
                     }
                 )
             ),
-            metadata=stats_metadata(figures, run.manifest.primary_scorer),
+            metadata=stats_metadata(figures, run.manifest.primary_scorer, agent=agent),
         )
 
     @dg.asset(

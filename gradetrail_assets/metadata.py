@@ -3,11 +3,12 @@
 Every scorer's figures are shown, the primary one first; the target's calls (made by the
 `responses` asset) and the judges' calls (made by the `scores` asset) are shown apart.
 Figures per scorer are also flat numbers keyed `<figure>[<scorer>]`, so the UI can plot
-each across materializations.
+each across materializations, and so is each failure mode's count (`failures_<mode>`,
+zeros included; an agent's modes only for a spec with tools).
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
 import dagster as dg
 
@@ -15,23 +16,59 @@ from gradetrail_lib.pipeline import Responses
 from gradetrail_lib.pricing import format_usd
 from gradetrail_lib.stats import RunStats, describe
 from gradetrail_lib.summary import RunSummary, format_cost
-from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
+from gradetrail_lib.trace import CallTotals, FailureMode, Manifest, TraceRecord
 
 FAILURES_SHOWN = 20
+AGENT_MODES: tuple[str, ...] = ("tool_error", "thrash", "budget_exhausted")
+FAILURE_MODES: tuple[str, ...] = get_args(FailureMode)
+
+
+def failure_modes(agent: bool) -> tuple[str, ...]:
+    """The failure modes a run can have: an agent's only for a spec with tools."""
+    return FAILURE_MODES if agent else tuple(m for m in FAILURE_MODES if m not in AGENT_MODES)
+
+
+def failure_counts(counts: dict[str, int], agent: bool) -> dict[str, int]:
+    """Every mode's count, zeros included, in a fixed order."""
+    return {mode: counts.get(mode, 0) for mode in failure_modes(agent)}
+
+
+def _failure_metadata(counts: dict[str, int], agent: bool) -> dict[str, Any]:
+    every = failure_counts(counts, agent)
+    return {
+        "failure_modes": dg.MetadataValue.json(every),
+        **{f"failures_{mode}": dg.MetadataValue.int(n) for mode, n in every.items()},
+    }
 
 
 def responses_metadata(responses: Responses, total: int) -> dict[str, Any]:
+    """`total`: the plan's requests; an agent's are its steps (each case's calls)."""
     ok = list(responses.responses.values())
+    hits = len(responses.cache_hits)
+    agent: dict[str, Any] = {}
+    if responses.trajectories:
+        cases = list(responses.trajectories.values())
+        calls = [c for t in cases for c in t.calls]
+        total, hits = len(calls), sum(c.cache_hit for c in calls)
+        stopped = [t.stopped for t in cases]
+        agent = {
+            "cases": dg.MetadataValue.int(len(cases)),
+            "steps": dg.MetadataValue.int(sum(len(t.steps) for t in cases)),
+            "thrash": dg.MetadataValue.int(stopped.count("thrash")),
+            "budget_exhausted": dg.MetadataValue.int(stopped.count("budget_exhausted")),
+            "cases_with_tool_errors": dg.MetadataValue.int(sum(t.tool_error for t in cases)),
+        }
     return {
         "requests": dg.MetadataValue.int(total),
-        "cache_hits": dg.MetadataValue.int(len(responses.cache_hits)),
-        "cache_misses": dg.MetadataValue.int(total - len(responses.cache_hits)),
+        "cache_hits": dg.MetadataValue.int(hits),
+        "cache_misses": dg.MetadataValue.int(total - hits),
         "provider_calls": dg.MetadataValue.int(responses.calls),
         "provider_errors": dg.MetadataValue.int(len(responses.errors)),
         "input_tokens": dg.MetadataValue.int(sum(r.input_tokens or 0 for r in ok)),
         "output_tokens": dg.MetadataValue.int(sum(r.output_tokens or 0 for r in ok)),
         "wall_s": dg.MetadataValue.float(round(responses.wall_s, 3)),
         "execution": dg.MetadataValue.json(responses.execution),
+        **agent,
     }
 
 
@@ -52,8 +89,14 @@ def _calls_line(label: str, totals: CallTotals) -> str:
 
 
 def scores_metadata(
-    summary: RunSummary, records: Sequence[TraceRecord], manifest: Manifest, run_dir: str
+    summary: RunSummary,
+    records: Sequence[TraceRecord],
+    manifest: Manifest,
+    run_dir: str,
+    *,
+    agent: bool = False,
 ) -> dict[str, Any]:
+    """`agent`: the spec has tools (its failure modes are counted, its steps shown)."""
     primary = manifest.primary_scorer
     scorer_lines = "\n".join(
         f"| {name}{' (primary)' if name == primary else ''} | {f.type} | {f.scored}/{f.n} "
@@ -61,18 +104,25 @@ def scores_metadata(
         for name, f in summary.scorers.items()
     )
     outcome_lines = "\n".join(f"| {k} | {v} |" for k, v in summary.outcomes.items())
+    mode_lines = "\n".join(
+        f"| {k} | {v} |" for k, v in failure_counts(summary.failure_modes, agent).items()
+    )
     failures = [r for r in records if r.failure_mode][:FAILURES_SHOWN]
+    steps_head, steps_rule = (" steps |", "---|") if agent else ("", "")
     failure_lines = "\n".join(
-        f"| {r.id} | {r.failure_mode} | {_cell(e.reason if (e := r.scores.get(primary)) else '')} |"
+        f"| {r.id} | {r.failure_mode} |{f' {len(r.trajectory)} |' if agent else ''} "
+        f"{_cell(e.reason if (e := r.scores.get(primary)) else '')} |"
         for r in failures
     )
     table = (
         "| scorer | type | scored | errors | mean | passed |\n|---|---|---|---|---|---|\n"
         f"{scorer_lines}\n\n| outcome | count |\n|---|---|\n{outcome_lines}\n\n"
+        f"| failure mode | count |\n|---|---|\n{mode_lines}\n\n"
         f"{_calls_line('Target (calls made by responses)', summary.target)}\n\n"
         f"{_calls_line('Judges (calls made here)', summary.judge)}\n\n"
         + (
-            f"| sample | failure ({primary}) | reason |\n|---|---|---|\n{failure_lines}\n"
+            f"| sample | failure ({primary}) |{steps_head} reason |\n"
+            f"|---|---|{steps_rule}---|\n{failure_lines}\n"
             if failures
             else ""
         )
@@ -88,7 +138,7 @@ def scores_metadata(
             {name: f.model_dump(mode="json") for name, f in summary.scorers.items()}
         ),
         "outcomes": dg.MetadataValue.json(summary.outcomes),
-        "failure_modes": dg.MetadataValue.json(summary.failure_modes),
+        **_failure_metadata(summary.failure_modes, agent),
         # The target's figures keep their plain names; the judges' are prefixed.
         "input_tokens": dg.MetadataValue.int(target.input_tokens),
         "output_tokens": dg.MetadataValue.int(target.output_tokens),
@@ -124,12 +174,16 @@ def _stats_lines(name: str, figures: RunStats, primary: bool) -> list[str]:
     return lines
 
 
-def stats_metadata(figures: dict[str, RunStats], primary: str) -> dict[str, Any]:
+def stats_metadata(
+    figures: dict[str, RunStats], primary: str, *, agent: bool = False
+) -> dict[str, Any]:
     """`figures` per scorer; the plain `pass_rate` figures are the primary scorer's."""
     main = figures[primary]
     lines: list[str] = []
     for name, stats in figures.items():
         lines += _stats_lines(name, stats, name == primary)
+    counts = failure_counts(main.failure_modes, agent)
+    lines.append("**Failure modes**: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     latency = main.latency
     if latency.p50 is not None:
         lines.append(
@@ -145,6 +199,7 @@ def stats_metadata(figures: dict[str, RunStats], primary: str) -> dict[str, Any]
         "pass_rate_high": dg.MetadataValue.float(interval.high if interval else 0.0),
         "n": dg.MetadataValue.int(main.samples),
         "outcomes": dg.MetadataValue.json(main.outcomes),
+        **_failure_metadata(main.failure_modes, agent),
         "cost": dg.MetadataValue.text(format_usd(main.cost_usd)),
         "cache_hits": dg.MetadataValue.int(main.cache_hits),
         "stats": dg.MetadataValue.json({name: s.to_json() for name, s in figures.items()}),

@@ -23,6 +23,8 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     max_truncation_rate: float = 0.10
     # Per judge scorer: samples whose judge gave no usable grade, over the answered ones.
     max_judge_error_rate: float = 0.05
+    # An agent's cases stopped early (thrash, over the step budget), over all samples.
+    max_agent_stop_rate: float = 0.10
 
     def cache(self) -> ResponseCache:
         return ResponseCache(Path(self.database))
@@ -52,4 +54,5 @@ def settings_from_environment() -> GradetrailResource:
         max_provider_error_rate=float(env.get("GRADETRAIL_MAX_PROVIDER_ERROR_RATE", "0.05")),
         max_truncation_rate=float(env.get("GRADETRAIL_MAX_TRUNCATION_RATE", "0.10")),
         max_judge_error_rate=float(env.get("GRADETRAIL_MAX_JUDGE_ERROR_RATE", "0.05")),
+        max_agent_stop_rate=float(env.get("GRADETRAIL_MAX_AGENT_STOP_RATE", "0.10")),
     )

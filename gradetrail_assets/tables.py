@@ -102,16 +102,40 @@ def judge_totals(records: Iterable[TraceRecord], scorer: str | None = None) -> C
     return call_totals(records, "judge", scorer)
 
 
+def _target_figures(record: TraceRecord) -> tuple[Any, ...]:
+    """Request key, tokens in and out, latency, cost and cache hit of the target's call;
+    an agent's are its calls' totals (the key is the last call's, a cache hit is every
+    call's), as the run summary counts them."""
+    calls = list(record.calls_of("target"))
+    if len(calls) <= 1:
+        target = calls[0] if calls else None
+        if target is None:
+            return (None,) * 6
+        return (target.request_key, target.input_tokens, target.output_tokens,
+                target.latency_s, target.cost_usd, target.cache_hit)  # fmt: skip
+    ok = [c for c in calls if c.error is None]
+
+    def total(values: list[Any]) -> Any:
+        return sum(values) if ok and None not in values else None
+
+    return (
+        calls[-1].request_key, total([c.input_tokens for c in ok]),
+        total([c.output_tokens for c in ok]), total([c.latency_s for c in ok]),
+        sum_costs([c.cost_usd for c in ok]) if ok else None, all(c.cache_hit for c in calls),
+    )  # fmt: skip
+
+
 def score_rows(
     spec: str, model: str, manifest: Manifest, records: Sequence[TraceRecord]
 ) -> list[tuple[Any, ...]]:
     """One row per (sample, scorer), in record order and the spec's scorer order; the
-    target call's figures repeat on each of a sample's rows, a judge's are its scorer's."""
+    target call's figures repeat on each of a sample's rows (an agent's: its calls'
+    totals), a judge's are its scorer's."""
     primary = manifest.primary_scorer
     kinds = [(s.name, s.type) for s in manifest.scorers]
     rows = []
     for r in records:
-        target = r.target
+        target = _target_figures(r)
         for name, kind in kinds:
             entry = r.scores.get(name)
             judged = [c for c in r.calls if c.role == "judge" and c.scorer == name]
@@ -121,11 +145,7 @@ def score_rows(
                     spec, model, manifest.identity, r.id, r.repeat, name, kind, name == primary,
                     r.score_of(name), r.passes(name), entry.reason if entry else None,
                     entry.error if entry else None, r.outcome, r.failure_mode,
-                    target.request_key if target else None, r.stop_reason,
-                    target.input_tokens if target else None,
-                    target.output_tokens if target else None,
-                    target.latency_s if target else None, target.cost_usd if target else None,
-                    target.cache_hit if target else None, len(judged),
+                    target[0], r.stop_reason, *target[1:], len(judged),
                     sum(c.error is not None for c in judged),
                     sum(c.input_tokens or 0 for c in judged),
                     sum(c.output_tokens or 0 for c in judged),
