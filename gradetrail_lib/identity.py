@@ -107,13 +107,31 @@ def spec_requests_hash(loaded: LoadedSpec) -> str:
 
 
 def responses_fingerprint(responses: "Responses") -> str:
-    """A content hash of a responses step's output (its data version)."""
+    """A content hash of a responses step's output (its data version): every answer with
+    its tool calls, every error, and an agent's tool results (the last step's go into no
+    later key)."""
     return hash_json(
         {
             "ok": sorted(
-                (k, sha256_hex(r.text), r.stop_reason) for k, r in responses.responses.items()
+                (k, sha256_hex(r.text), r.stop_reason, canonical_json(r.tool_calls))
+                for k, r in responses.responses.items()
             ),
             "failed": sorted((k, e.message) for k, e in responses.errors.items()),
+            "tools": sorted(
+                (
+                    p,
+                    sha256_hex(
+                        canonical_json(
+                            [
+                                [(t.name, t.content, t.error) for t in step.tool_results]
+                                for step in trajectory.steps
+                            ]
+                        )
+                    ),
+                    trajectory.stopped or "",
+                )
+                for p, trajectory in responses.trajectories.items()
+            ),
         }
     )
 
