@@ -129,6 +129,8 @@ def build_manifest(
         judge=summary.judge,
         pricing=PricingInfo(version=prices.version, effective_date=prices.effective_date),
         warnings=warnings_for(plan, served, git),
+        # The plan's own (plan() may be given repeats other than the spec's).
+        repeats=1 + max((i.repeat for i in plan.items), default=loaded.spec.repeats - 1),
     )
 
 

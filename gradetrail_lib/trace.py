@@ -259,6 +259,10 @@ class ScorerFigures(_Model):
     errors: int
     mean: float | None
     passed: int
+    # With repeats: the mean over cases of pass@k (Chen et al.'s unbiased estimator) and
+    # of pass^k (all k pass), for k = 1..repeats; empty without repeats.
+    pass_at_k: dict[int, float] = Field(default_factory=dict)
+    pass_hat_k: dict[int, float] = Field(default_factory=dict)
 
 
 class Manifest(_Model):
@@ -286,6 +290,8 @@ class Manifest(_Model):
     judge: CallTotals
     pricing: PricingInfo
     warnings: list[str]
+    # How many times each sample was run (its records are (id, repeat) for 0..repeats-1).
+    repeats: int = 1
 
     @property
     def primary_scorer(self) -> str:

@@ -117,9 +117,11 @@ def format_results(results: list[ScorerResult], labels: tuple[str, str]) -> str:
 
     done = [r.comparison for r in results if r.comparison is not None]
     first = done[0]
+    cases = f" of {first.cases} cases" if first.clustered else ""
+    joined = "sample id and repeat; intervals resample cases" if first.clustered else "sample id"
     header = (
-        f"Paired comparison of A: {labels[0]} and B: {labels[1]} on {first.n} samples "
-        f"(joined on sample id; pass = score >= {first.threshold:g}; unscored samples fail "
+        f"Paired comparison of A: {labels[0]} and B: {labels[1]} on {first.n} samples{cases} "
+        f"(joined on {joined}; pass = score >= {first.threshold:g}; unscored samples fail "
         f"with score 0; {percent(first.confidence)} intervals)"
     )
     table = [("scorer", "pass rate A", "pass rate B", "difference B - A", "McNemar p", "verdict")]
@@ -167,11 +169,13 @@ def format_comparison(c: "PairedComparison") -> str:
         ("mean score", f"{c.mean_a:.3f}", f"{c.mean_b:.3f}"),
         ("unscored (as failures)", str(c.unscored_a), str(c.unscored_b)),
     ]
+    if c.clustered:
+        rows.insert(2, ("cases", str(c.cases), str(c.cases)))
     width = max(len(a) for _, a, _ in rows) + 3
     lines = [
         *(f"  {name:<24}{a:<{width}}{b}".rstrip() for name, a, b in rows),
         f"  Difference B - A (mean score): {c.difference.value:+.3f} {ci.format()} "
-        f"({level} paired {ci.method}, n={c.n})",
+        f"({level} paired {ci.method}, {c.difference.n_text})",
         f"  Pass/fail pairs: both pass {c.both_pass}, both fail {c.both_fail}, "
         f"A only {c.a_only}, B only {c.b_only}",
         f"  Exact McNemar p: {c.mcnemar_p:.4g} ({c.a_only + c.b_only} discordant pairs)",

@@ -38,11 +38,12 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
     diff, ci = c.difference.value, c.difference.interval
     assert diff is not None and ci is not None  # a comparison has n >= 1
     drop = -diff
+    cases = f" of {c.cases} cases (repeats; the interval resamples cases)" if c.clustered else ""
     regressed = drop > threshold and ci.high < 0
     facts = (
         f"the candidate's mean score is {c.mean_b:.4f} against the baseline's {c.mean_a:.4f} "
-        f"on {c.n} paired samples, a difference of {diff:+.4f} with a {percent(ci.confidence)} "
-        f"paired interval of {ci.format(4)} ({ci.method})"
+        f"on {c.n} paired samples{cases}, a difference of {diff:+.4f} with a "
+        f"{percent(ci.confidence)} paired interval of {ci.format(4)} ({ci.method})"
     )
     if regressed:
         why = (

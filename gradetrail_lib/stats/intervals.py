@@ -63,17 +63,27 @@ class Estimate:
     n: int
     interval: Interval | None
     successes: int | None = None  # for proportions: k of k/n
+    # The cases the n samples belong to when a case was run more than once (repeats),
+    # and the interval resamples cases, not samples (stats.clusters); None otherwise.
+    clusters: int | None = None
+
+    @property
+    def n_text(self) -> str:
+        """`n=12`, or `n=60, 12 cases` for an interval clustered by case."""
+        cases = f", {self.clusters} cases" if self.clusters is not None else ""
+        return f"n={self.n}{cases}"
 
     def format(self, digits: int = 3) -> str:
         if self.value is None or self.interval is None:
-            return f"n/a (n={self.n})"
-        return f"{self.value:.{digits}f} {self.interval.format(digits)} (n={self.n})"
+            return f"n/a ({self.n_text})"
+        return f"{self.value:.{digits}f} {self.interval.format(digits)} ({self.n_text})"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "value": self.value,
             "n": self.n,
             "successes": self.successes,
+            "clusters": self.clusters,
             "interval": self.interval.to_json() if self.interval else None,
         }
 
@@ -155,20 +165,30 @@ def mean_interval(
         )
     if bounds == (0.0, 1.0) and all(v in (0.0, 1.0) for v in values):
         return proportion_interval(sum(1 for v in values if v == 1.0), n, confidence, method)
-    return _bootstrap_mean(values, confidence, bounds, settings or BootstrapSettings())
+    return bootstrap_interval((values,), _mean, confidence, bounds, settings or BootstrapSettings())
 
 
-def _bootstrap_mean(
-    values: Sequence[float],
+def _mean(data: Any, axis: int = -1) -> Any:
+    import numpy as np
+
+    return np.mean(data, axis=axis)
+
+
+def bootstrap_interval(
+    samples: Sequence[Sequence[float]],
+    statistic: Any,
     confidence: float,
     bounds: tuple[float, float],
     settings: BootstrapSettings,
 ) -> Interval:
+    """scipy's bootstrap of a vectorized `statistic(*samples, axis)`; several samples are
+    resampled together (paired: row i of each is one unit, e.g. one case's sum and count)."""
     import numpy as np
     from scipy.stats import bootstrap
 
-    data = np.asarray(values, dtype=float)
-    methods = ["BCa", "percentile"] if len(data) <= settings.bca_max_n else ["percentile"]
+    data = tuple(np.asarray(values, dtype=float) for values in samples)
+    size = len(data[0])
+    methods = ["BCa", "percentile"] if size <= settings.bca_max_n else ["percentile"]
     low = high = math.nan
     for name in methods:
         with warnings.catch_warnings():
@@ -176,14 +196,15 @@ def _bootstrap_mean(
             # outlier among equal values; the percentile method is the fallback.
             warnings.simplefilter("ignore")
             result = bootstrap(
-                (data,),
-                np.mean,
+                data,
+                statistic,
+                paired=len(data) > 1,
                 confidence_level=check_confidence(confidence),
                 n_resamples=settings.n_resamples,
                 method=name,
                 vectorized=True,
-                # Resamples are n floats each; batching bounds memory at ~40 MB.
-                batch=max(1, 5_000_000 // len(data)),
+                # Resamples are n floats per sample; batching bounds memory at ~40 MB.
+                batch=max(1, 5_000_000 // (size * len(data))),
                 rng=np.random.default_rng(settings.seed),
             )
         low, high = (float(x) for x in result.confidence_interval)

@@ -5,6 +5,11 @@ side (pass = scored and score >= threshold) to an exact McNemar test, and a scor
 difference B - A (an unscored sample scores 0, as it fails the pass rate) to a paired
 bootstrap interval on the mean difference. The verdict follows the interval: the side
 it favours when it excludes zero, else "no winner".
+
+With repeats (a case with more than one pair) the paired bootstrap and the pass-rate
+intervals resample cases, each case's pairs together (`stats.clusters`): the repeats of
+a case are correlated, so resampling pairs would be too sure. McNemar still counts the
+(case, repeat) pairs, which treats the repeats as independent; a note says so.
 """
 
 from collections.abc import Sequence
@@ -12,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
+from gradetrail_lib.stats.clusters import (
+    cluster_mean_estimate,
+    cluster_proportion,
+    group_by,
+    is_clustered,
+)
+from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.trace import Manifest, TraceRecord
 
@@ -44,6 +55,13 @@ class PairedComparison:
     unscored_a: int
     unscored_b: int
     notes: tuple[str, ...] = ()
+    # The distinct cases (sample ids) of the n pairs: fewer than n with repeats, when
+    # the intervals resample cases.
+    cases: int | None = None
+
+    @property
+    def clustered(self) -> bool:
+        return self.cases is not None and self.cases < self.n
 
     def winner_label(self) -> str:
         return {"A": self.label_a, "B": self.label_b}.get(self.verdict, "no winner")
@@ -54,6 +72,7 @@ class PairedComparison:
             "a": self.label_a,
             "b": self.label_b,
             "n": self.n,
+            "cases": self.cases,
             "threshold": self.threshold,
             "confidence": self.confidence,
             "pass_rate_a": self.pass_rate_a.to_json(),
@@ -147,10 +166,12 @@ def compare(
     both_pass = sum(pa and pb for pa, pb in passes)
     a_only = sum(pa and not pb for pa, pb in passes)
     b_only = sum(pb and not pa for pa, pb in passes)
-    diffs = [y.value(scorer) - x.value(scorer) for x, y in pairs]
-    difference = mean_estimate(
-        diffs, confidence, bounds=(-1.0, 1.0), method=method, settings=settings
-    )
+    # One group per case (a single pair each without repeats: the unclustered figures).
+    cases = group_by(pairs, lambda pair: pair[0].id)
+    difference = cluster_mean_estimate(
+        [[y.value(scorer) - x.value(scorer) for x, y in case] for case in cases],
+        confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
+    )  # fmt: skip
     assert difference.interval is not None  # n >= 1 was checked by pair_up
     if difference.interval.low > 0:
         verdict: Verdict = "B"
@@ -160,6 +181,17 @@ def compare(
         verdict = "no winner"
     p = mcnemar_exact(a_only, b_only)
     all_notes = list(notes) + _agreement_note(verdict, p, confidence)
+    if is_clustered(cases):
+        all_notes.append(
+            f"{n} pairs of {len(cases)} cases (repeats): the intervals resample cases; "
+            "McNemar counts every (case, repeat) pair as independent, so its p may be "
+            "too small"
+        )
+
+    def rate(side: int) -> Estimate:
+        outcomes = [[pair[side].passes(scorer, threshold) for pair in case] for case in cases]
+        return cluster_proportion(outcomes, confidence, method, settings)
+
     return PairedComparison(
         scorer=scorer,
         label_a=labels[0],
@@ -167,8 +199,8 @@ def compare(
         n=n,
         threshold=threshold,
         confidence=confidence,
-        pass_rate_a=proportion(both_pass + a_only, n, confidence, method),
-        pass_rate_b=proportion(both_pass + b_only, n, confidence, method),
+        pass_rate_a=rate(0),
+        pass_rate_b=rate(1),
         mean_a=sum(x.value(scorer) for x, _ in pairs) / n,
         mean_b=sum(y.value(scorer) for _, y in pairs) / n,
         difference=difference,
@@ -181,6 +213,7 @@ def compare(
         unscored_a=sum(not x.scored(scorer) for x, _ in pairs),
         unscored_b=sum(not y.scored(scorer) for _, y in pairs),
         notes=tuple(all_notes),
+        cases=len(cases),
     )
 
 

@@ -5,6 +5,10 @@ How samples that were not scored count (provider or scorer error): they are fail
 in the pass rate, whose n is every sample, and they are left out of the mean score,
 whose n is the scored samples only; `unscored` reports how many there were, so
 neither figure hides them.
+
+When a case has more than one record (repeats), both intervals resample cases rather
+than records (`stats.clusters`): the estimate is still over every record, its n the
+records and `clusters` the cases. Without repeats the figures are the unclustered ones.
 """
 
 import statistics
@@ -13,6 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gradetrail_lib.stats.clusters import (
+    by_case,
+    cluster_mean_estimate,
+    cluster_proportion,
+    is_clustered,
+)
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.summary import call_totals
@@ -102,6 +112,19 @@ def scorer_estimates(
     settings: BootstrapSettings | None = None,
 ) -> ScorerEstimates:
     scores = [s for r in records if (s := r.score_of(scorer)) is not None]
+    cases = by_case(records)
+    if is_clustered(cases):
+        return ScorerEstimates(
+            pass_rate=cluster_proportion(
+                [[r.passes(scorer, threshold) for r in case] for case in cases],
+                confidence, method, settings,
+            ),
+            mean_score=cluster_mean_estimate(
+                [[s for r in case if (s := r.score_of(scorer)) is not None] for case in cases],
+                confidence, method=method, settings=settings,
+            ),
+            unscored=len(records) - len(scores),
+        )  # fmt: skip
     passed = sum(s >= threshold for s in scores)
     return ScorerEstimates(
         pass_rate=proportion(passed, len(records), confidence, method),
@@ -149,15 +172,17 @@ def run_stats(
     )
 
 
-def describe(estimate: Estimate, digits: int = 4) -> str:
-    """`0.7500 (95% CI 0.4682-0.9111, wilson, n=12)`; k/n first for a proportion."""
+def describe(estimate: Estimate, digits: int = 4, *, unit: str = "") -> str:
+    """`0.7500 (95% CI 0.4682-0.9111, wilson, n=12)`; k/n first for a proportion;
+    `n=60, 12 cases` when clustered by case; `unit` names what n counts (`n=12 cases`)."""
+    n_text = estimate.n_text + (f" {unit}" if unit else "")
     if estimate.value is None or estimate.interval is None:
-        return f"n/a (n={estimate.n})"
+        return f"n/a ({n_text})"
     ci = estimate.interval
     head = f"{estimate.successes}/{estimate.n} = " if estimate.successes is not None else ""
     return (
         f"{head}{estimate.value:.{digits}f} ({percent(ci.confidence)} CI "
-        f"{ci.low:.{digits}f}-{ci.high:.{digits}f}, {ci.method}, n={estimate.n})"
+        f"{ci.low:.{digits}f}-{ci.high:.{digits}f}, {ci.method}, {n_text})"
     )
 
 
