@@ -8,7 +8,7 @@ page's Content-Security-Policy forbids scripts and fetches as a second line of d
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from gradetrail_lib.stats import (
     compare,
     run_stats,
 )
+from gradetrail_lib.stats.repeats import RepeatStats, has_repeats, repeat_stats
 from gradetrail_lib.stats.run_stats import percent
 from gradetrail_lib.summary import format_cost
 from gradetrail_lib.trace import AgentStep, CallTotals, Manifest, TraceRecord
@@ -124,6 +125,8 @@ class RunView:
     facts: list[tuple[str, str]]
     warnings: list[str]
     failures: list[FailedSample]
+    # With repeats (a case with more than one record): every scorer's pass@k and pass^k.
+    repeats: list[RepeatStats] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,7 @@ def reproducibility_facts(model: Manifest) -> list[tuple[str, str]]:
         ("scorer files", _text(get("scorer_files"))),
         ("judge hashes", _text(get("judge_hashes"))),
         ("requests hash", _text(get("requests_hash"))),
+        ("repeats", _text(get("repeats"))),
         ("provider", _text(get("model", "provider"))),
         ("requested model", _text(get("model", "requested"))),
         ("served model", _text(get("model", "served"))),
@@ -366,10 +370,16 @@ def build_views(
             or any(e.error is not None for e in r.scores.values())
             or r.failure_mode in AGENT_STOPS
         ]
+        repeats = (
+            [repeat_stats(records, name, **options) for name in run.manifest.scorer_names]
+            if has_repeats(records)
+            else []
+        )
         views.append(
             RunView(
                 label, every[0], every, run.manifest.judge,
                 reproducibility_facts(run.manifest), list(run.manifest.warnings), failures,
+                repeats,
             )
         )  # fmt: skip
     pairs = []

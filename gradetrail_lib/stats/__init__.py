@@ -1,4 +1,5 @@
-"""Statistics you can defend: intervals with their n, paired comparison, the CI gate.
+"""Statistics you can defend: intervals with their n, paired comparison, the CI gate,
+pass@k and pass^k over repeats (intervals clustered by case).
 
 Pure functions from trace records and manifests (`trace`) to dataclasses, one scorer
 at a time; the CLI and the Dagster assets both call these.
@@ -22,6 +23,13 @@ from gradetrail_lib.stats.paired import (
     mcnemar_exact,
     pair_up,
 )
+from gradetrail_lib.stats.repeats import (
+    AtK,
+    RepeatStats,
+    pass_at_k,
+    pass_hat_k,
+    repeat_stats,
+)
 from gradetrail_lib.stats.run_stats import Latency, RunStats, describe, run_stats
 from gradetrail_lib.stats_defaults import (
     DEFAULT_CONFIDENCE,
@@ -36,6 +44,7 @@ __all__ = [
     "DEFAULT_GATE_THRESHOLD",
     "DEFAULT_THRESHOLD",
     "PROPORTION_METHODS",
+    "AtK",
     "BootstrapSettings",
     "Estimate",
     "GateDecision",
@@ -43,6 +52,7 @@ __all__ = [
     "Latency",
     "PairedComparison",
     "ProportionMethod",
+    "RepeatStats",
     "RunStats",
     "Verdict",
     "check_comparable",
@@ -53,7 +63,10 @@ __all__ = [
     "mean_estimate",
     "mean_interval",
     "pair_up",
+    "pass_at_k",
+    "pass_hat_k",
     "proportion",
     "proportion_interval",
+    "repeat_stats",
     "run_stats",
 ]
