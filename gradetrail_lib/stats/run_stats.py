@@ -149,8 +149,12 @@ def run_stats(
     )  # fmt: skip
     outcomes = Counter(r.outcome for r in records)
     target = call_totals(records, "target")
+    # Per model call of the target: one a sample, or each step of an agent's case.
     latencies = [
-        c.latency_s for r in records if (c := r.target) is not None and c.latency_s is not None
+        c.latency_s
+        for r in records
+        for c in r.calls_of("target")
+        if c.latency_s is not None and c.error is None
     ]
     return RunStats(
         scorer=scorer,
