@@ -288,3 +288,25 @@ def test_retrieved_documents_reach_the_record_and_the_retrieval_command(tmp_path
     # d2 is retrieved and supported; d9 was never retrieved: unsupported.
     faithful = figures["citation_faithfulness"]
     assert (faithful["value"], faithful["n"], faithful["successes"]) == (0.5, 2, 1)
+
+
+@pytest.mark.timeout(180)
+def test_an_agent_runs_on_the_ray_backend_step_by_step(tmp_path: Path) -> None:
+    """Each step is one `run` of the backend: with Ray, the same trajectories as locally."""
+    with FakeLLMServer(responder=agent) as srv:
+        spec = project(tmp_path, f"{srv.base_url}/v1")
+        (ray_run,) = run_spec(
+            spec, results_root=tmp_path / "ray", cache=tmp_path / "ray.db", backend="ray"
+        )
+        (local,) = run_spec(spec, results_root=tmp_path / "local", cache=tmp_path / "local.db")
+    assert [r.failure_mode for r in ray_run.records] == [r.failure_mode for r in local.records]
+
+    # The fake numbers its tool-call ids across runs, so later keys differ; the steps do not.
+    def steps(done: Any) -> list[Any]:
+        return [
+            [(s.content, [(c["name"], c["arguments"]) for c in s.tool_calls]) for s in r.trajectory]
+            for r in done.records
+        ]
+
+    assert steps(ray_run) == steps(local)
+    assert ray_run.manifest.execution["backend"] == "ray"
