@@ -15,6 +15,16 @@ def confidence_level(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return value
+
+
 def non_negative(text: str) -> float:
     try:
         value = float(text)

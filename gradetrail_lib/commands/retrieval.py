@@ -6,21 +6,11 @@ import json
 import re
 from pathlib import Path
 
-from gradetrail_lib.commands.options import add_pass_threshold, confidence_level
+from gradetrail_lib.commands.options import add_pass_threshold, confidence_level, positive_int
 from gradetrail_lib.retrieval import DEFAULT_CITATION_PATTERN, DEFAULT_K, citation_pattern
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE
 
 EXIT_OK = 0
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
 
 
 def pattern_argument(text: str) -> re.Pattern[str]:
