@@ -1,8 +1,9 @@
 """gradetrail engine: specs, request keys, providers, cache, scorers and run directories.
 
 This package never imports Dagster; `gradetrail_assets` builds the asset graph on top of it.
-The public API: `run_spec` (what `gradetrail run` does) and `load_run` (a run directory's
-manifest and its trace records, see `gradetrail_lib.trace`).
+The public API: `run_spec` (what `gradetrail run` does: a spec file, a folder of specs,
+or a spec in memory, so a Python file can be a code-first eval with its own scorers) and
+`load_run` (a run directory's manifest and its trace records, see `gradetrail_lib.trace`).
 """
 
 from typing import TYPE_CHECKING, Any

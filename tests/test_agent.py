@@ -173,7 +173,7 @@ def test_one_failing_case_does_not_stop_the_others(tmp_path: Path) -> None:
         done = run_cli("run", str(spec), "--cache", str(tmp_path / "c.db"), cwd=tmp_path,
                        env={"GT_KEY": "k"})  # fmt: skip
     assert done.returncode == 0, done.stderr
-    (run_dir,) = (tmp_path / "results").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     by_id = {r.id: r for r in load_run(run_dir)}
     paris = by_id["paris"]
     assert (paris.outcome, paris.failure_mode) == ("provider_error", "provider_error")

@@ -141,7 +141,7 @@ def test_manifest_and_results_fields(tmp_path: Path, fake_server: FakeLLMServer)
     spec = write_spec(tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1")
     done = run_cli("run", str(spec), "--cache", str(tmp_path / "c.duckdb"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    (run_dir,) = (tmp_path / "results").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert run_dir.name == f"add-fake-1-{manifest['identity'][:12]}"
     assert manifest["model"] == {

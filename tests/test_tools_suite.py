@@ -63,7 +63,7 @@ def test_the_shipped_suite_against_known_trajectories(tmp_path: Path) -> None:
     assert {c["expected"]["tool_calls"][0]["name"] for c in CASES} == {
         "weather", "calculator", "inventory",
     }  # fmt: skip
-    (run_dir,) = (tmp_path / "results").iterdir()
+    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
     records = {r.id: r for r in load_run(run_dir)}
     modes = {i: r.failure_mode for i, r in records.items() if r.failure_mode}
     assert modes == {

@@ -3,17 +3,26 @@
 It gates one scorer (`--scorer NAME`, by default the candidate's primary scorer), or
 each scorer the two runs share (`--all-scorers`), failing when any regresses. Runs that
 cannot be compared on a gated scorer exit 2, never 1: a refusal is not a regression.
+
+`--baseline previous` takes the baseline from the run history under the candidate's
+results root (its parent directory; `gradetrail_lib.history`): the most recent earlier
+run of the same spec and model whose results differ from the candidate's and whose
+directory still holds it. Which run it picked (and which it passed over) is printed
+first (to stderr with `--json`, where the JSON says it too).
 """
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from gradetrail_lib.commands.options import add_stats_options, non_negative
 from gradetrail_lib.commands.pairing import ScorerPair, pick, scorer_pairs
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.runs import distinct_labels, load_run
+from gradetrail_lib.history import Baseline, previous_run
+from gradetrail_lib.identity import records_fingerprint
+from gradetrail_lib.runs import Run, distinct_labels, load_run
 from gradetrail_lib.stats import GateDecision, check_comparable, compare, gate
 from gradetrail_lib.stats_defaults import DEFAULT_GATE_THRESHOLD
 
@@ -27,7 +36,13 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "and the paired interval excludes zero",
     )
     parser.add_argument("run", type=Path, metavar="RUN", help="the candidate run directory")
-    parser.add_argument("--baseline", type=Path, required=True, metavar="RUN")
+    parser.add_argument(
+        "--baseline",
+        required=True,
+        metavar="RUN|previous",
+        help="the baseline run directory, or `previous`: the most recent earlier run of the "
+        "same spec and model (in the run history) whose results differ",
+    )
     parser.add_argument(
         "--threshold",
         type=non_negative,
@@ -55,7 +70,11 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 
 def gate_command(args: argparse.Namespace) -> int:
-    baseline, candidate = load_run(args.baseline), load_run(args.run)
+    candidate = load_run(args.run)
+    picked = _previous(args.run, candidate) if args.baseline == PREVIOUS else None
+    baseline = load_run(picked.path if picked else Path(args.baseline))
+    if picked is not None:
+        _say_picked(picked, json_mode=args.json)
     labels_list = distinct_labels([baseline, candidate])
     labels = (f"baseline {labels_list[0]}", f"candidate {labels_list[1]}")
     a, b = baseline.manifest, candidate.manifest
@@ -95,13 +114,44 @@ def gate_command(args: argparse.Namespace) -> int:
     passed = all(d.passed for _, d in decisions)
     skipped = [p.only_in for p in pairs if not p.shared] if args.all_scorers else []
     if args.json:
-        print(json.dumps(_json(decisions, skipped, args), indent=2))
+        result = _json(decisions, skipped, args)
+        if picked is not None:
+            result["baseline"] = {
+                "run_dir": str(picked.path),
+                "chosen": PREVIOUS,
+                "finished_at": picked.entry.finished_at,
+                "skipped": picked.skipped,
+            }
+        print(json.dumps(result, indent=2))
     elif args.all_scorers:
         print(_all_text(decisions, skipped, passed))
     else:
         ((pair, decision),) = decisions
         print(_explain(pair, decision))
     return EXIT_OK if passed else EXIT_REGRESSION
+
+
+PREVIOUS = "previous"
+
+
+def _previous(run_dir: Path, candidate: Run) -> Baseline:
+    """The baseline `--baseline previous` names: see the module docstring."""
+    # The candidate's results root (as given, for the paths printed; `.` resolved).
+    root = run_dir.parent if run_dir.name not in ("", ".", "..") else run_dir.resolve().parent
+    return previous_run(root, candidate.manifest, records_fingerprint(candidate.records))
+
+
+def _say_picked(picked: Baseline, *, json_mode: bool) -> None:
+    out = sys.stderr if json_mode else sys.stdout
+    for reason in picked.skipped:
+        print(f"passed over: {reason}", file=out)
+    entry = picked.entry
+    print(
+        f"baseline: {picked.path} (previous run of {entry.label}, finished {entry.finished_at})",
+        file=out,
+    )
+    if not json_mode:
+        print(file=out)
 
 
 def _explain(pair: ScorerPair, decision: GateDecision) -> str:

@@ -1,17 +1,26 @@
-"""`gradetrail run SPEC`: the whole pipeline for one spec, one run directory per model."""
+"""`gradetrail run SPEC|FOLDER`: the whole pipeline for a spec (or each spec of a folder),
+one run directory per model.
+
+`--models provider/name[,...]` runs models the spec need not list (`--base-url` gives
+their endpoint). A folder's specs are all loaded and planned before any call, so one bad
+spec stops the command (exit 2) with nothing sent; the exit status is then the worst of
+the specs' (0 when a spec scored a sample, 1 when it scored none or aborted).
+"""
 
 import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.pipeline import look_up, plan
-from gradetrail_lib.run import run_model
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UsageError
+from gradetrail_lib.pipeline import CacheLookup, EvalPlan, look_up, plan
+from gradetrail_lib.run import resolve_model, run_model, spec_files, split_model
+from gradetrail_lib.spec import LoadedSpec, load_spec
 from gradetrail_lib.summary import format_summary
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -19,8 +28,25 @@ EXIT_OK, EXIT_FAILED = 0, 1
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     run = commands.add_parser("run", help="run an eval spec")
-    run.add_argument("spec", type=Path)
-    run.add_argument("--model", help="run only this model of the spec")
+    run.add_argument(
+        "spec", type=Path, metavar="SPEC", help="a spec file, or a folder: every spec in it"
+    )
+    which = run.add_mutually_exclusive_group()
+    which.add_argument(
+        "--model",
+        help="run only this model of the spec (of a folder: the specs that have it)",
+    )
+    which.add_argument(
+        "--models",
+        metavar="PROVIDER/NAME[,...]",
+        help="run these models instead of the spec's, listed there or not "
+        "(e.g. openai/gpt-4o-mini,anthropic/claude-haiku-4-5)",
+    )
+    run.add_argument(
+        "--base-url",
+        default=None,
+        help="the endpoint of the --models models (openai_compatible needs one)",
+    )
     run.add_argument(
         "--repeats", type=int, default=None, help="run each sample N times (default: the spec's)"
     )
@@ -70,35 +96,152 @@ def make_backend(args: argparse.Namespace) -> Backend:
     )
 
 
+@dataclass(frozen=True)
+class SpecJob:
+    loaded: LoadedSpec
+    plans: list[EvalPlan]
+
+
 def run_command(args: argparse.Namespace) -> int:
     out = sys.stdout
-    loaded = load_spec(args.spec).with_repeats(args.repeats)
-    spec = loaded.spec
-    models = [spec.model_named(args.model)] if args.model else list(spec.models)
-    plans = [plan(loaded, m) for m in models]  # every input error is found before any call
+    folder = args.spec.is_dir()
+    wanted = _models_flag(args)
+    jobs: list[SpecJob] = []
+    errors: list[InputError] = []
+    for path in spec_files(args.spec) if folder else [args.spec]:
+        try:
+            job = _plan_spec(path, args, wanted, folder)
+        except (InputError, InputErrors, UsageError, KeyError) as exc:
+            if not folder:
+                raise
+            errors += _as_input_errors(path, exc)
+            continue
+        if job is None:
+            print(f"Skipped: {path} (spec has no model {args.model!r})", file=out)
+        else:
+            jobs.append(job)
+    _check_folder(jobs, errors, folder, args)
     backend = make_backend(args)
     cache = ResponseCache(args.cache or default_cache_path())
-    found = [None if args.no_cache else look_up(p, cache) for p in plans]
-    if any(f is None or not f.complete(p) for p, f in zip(plans, found, strict=True)):
+    found = [[None if args.no_cache else look_up(p, cache) for p in job.plans] for job in jobs]
+    if any(
+        f is None or not f.complete(p)
+        for job, looked in zip(jobs, found, strict=True)
+        for p, f in zip(job.plans, looked, strict=True)
+    ):
         backend.prepare()
-    any_scored = False
-    with backend.session():  # one Ray cluster for all the models, not one each
-        for eval_plan, looked_up in zip(plans, found, strict=True):
-            started = time.perf_counter()
-            label = f"{spec.name}/{eval_plan.model.name}"
-            done = run_model(
-                eval_plan,
-                cache,
-                backend,
-                args.results,
-                read_cache=not args.no_cache,
-                looked_up=looked_up,
-                progress=ProgressBar(label),
+    exits = []
+    with backend.session():  # one Ray cluster for every spec and model, not one each
+        for job, looked in zip(jobs, found, strict=True):
+            if folder:
+                print(f"Spec: {job.loaded.spec.name} ({job.loaded.path})", file=out)
+            try:
+                exits.append(_run_spec(job, looked, backend, cache, args))
+            except RunAborted as exc:
+                if not folder:
+                    raise
+                print(f"error: {job.loaded.spec.name}: {exc}", file=sys.stderr)
+                exits.append(EXIT_FAILED)
+    worst = max(exits)
+    if folder:
+        each = ", ".join(
+            f"{job.loaded.spec.name} {code}" for job, code in zip(jobs, exits, strict=True)
+        )
+        print(f"Specs: {len(jobs)}; exit status {worst}, the worst of ({each})", file=out)
+    return worst
+
+
+def _models_flag(args: argparse.Namespace) -> list[str]:
+    """The `--models` entries, each `provider/name` (checked before any spec loads; what
+    else a model needs, e.g. openai_compatible's base URL, when its spec is planned: the
+    spec may list it)."""
+    if args.base_url is not None and not args.models:
+        raise UsageError("--base-url is the endpoint of --models models; give --models")
+    wanted = [m.strip() for m in (args.models or "").split(",") if m.strip()]
+    if args.models is not None and not wanted:
+        raise UsageError("--models: give provider/name[,provider/name...]")
+    for text in wanted:
+        split_model(text)
+    return wanted
+
+
+def _plan_spec(
+    path: Path, args: argparse.Namespace, wanted: list[str], folder: bool
+) -> SpecJob | None:
+    """The spec's plans, every input error raised; None when a folder's spec lacks
+    `--model`."""
+    loaded = load_spec(path).with_repeats(args.repeats)
+    spec = loaded.spec
+    if wanted:
+        models = [resolve_model(spec, m, base_url=args.base_url) for m in wanted]
+    elif args.model:
+        try:
+            models = [spec.model_named(args.model)]
+        except KeyError:
+            if not folder:
+                raise
+            return None
+    else:
+        models = list(spec.models)
+    return SpecJob(loaded, [plan(loaded, m) for m in models])
+
+
+def _as_input_errors(path: Path, exc: Exception) -> list[InputError]:
+    if isinstance(exc, InputErrors):
+        return exc.errors
+    if isinstance(exc, InputError):
+        return [exc]
+    message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
+    return [InputError(str(path), None, None, str(message))]
+
+
+def _check_folder(
+    jobs: list[SpecJob], errors: list[InputError], folder: bool, args: argparse.Namespace
+) -> None:
+    """A folder's bad specs (all of them at once), two specs of one name, or no spec to
+    run: nothing is sent then."""
+    if not folder:
+        return
+    names: dict[str, Path] = {}
+    for job in jobs:
+        name, path = job.loaded.spec.name, job.loaded.path
+        if name in names:
+            errors.append(
+                InputError(str(path), None, "name", f"{name!r} is already used by {names[name]}")
             )
-            any_scored = any_scored or done.summary.any_scored
-            print(f"Run: {label} -> {done.run_dir}", file=out)
-            summary = format_summary(done.records, done.summary, time.perf_counter() - started)
-            print(summary, file=out)
-            for warning in done.manifest.warnings:
-                print(f"Warning: {warning}", file=out)
+        names.setdefault(name, path)
+    if errors:
+        raise errors[0] if len(errors) == 1 else InputErrors(errors)
+    if not jobs:
+        raise UsageError(f"{args.spec}: no spec in this folder has model {args.model!r}")
+
+
+def _run_spec(
+    job: SpecJob,
+    found: list[CacheLookup | None],
+    backend: Backend,
+    cache: ResponseCache,
+    args: argparse.Namespace,
+) -> int:
+    """Each model of one spec, a summary each; 0 when any scored a sample, else 1."""
+    out = sys.stdout
+    any_scored = False
+    for eval_plan, looked_up in zip(job.plans, found, strict=True):
+        started = time.perf_counter()
+        label = f"{job.loaded.spec.name}/{eval_plan.model.name}"
+        done = run_model(
+            eval_plan,
+            cache,
+            backend,
+            args.results,
+            read_cache=not args.no_cache,
+            looked_up=looked_up,
+            progress=ProgressBar(label),
+        )
+        any_scored = any_scored or done.summary.any_scored
+        print(f"Run: {label} -> {done.run_dir}", file=out)
+        summary = format_summary(done.records, done.summary, time.perf_counter() - started)
+        print(summary, file=out)
+        for warning in done.manifest.warnings:
+            print(f"Warning: {warning}", file=out)
     return EXIT_OK if any_scored else EXIT_FAILED

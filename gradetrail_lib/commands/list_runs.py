@@ -1,0 +1,81 @@
+"""`gradetrail list [ROOT]`: the run history, newest first (`gradetrail_lib.history`).
+
+One line per completed run: finish time (UTC), spec/model, identity prefix, the primary
+scorer's pass rate with its interval and n, git SHA (`+dirty` for a dirty tree) and the
+run directory, marked `(replaced)` or `(gone)` when it no longer holds that run.
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from gradetrail_lib.errors import InputError
+from gradetrail_lib.history import (
+    DirectoryState,
+    HistoryEntry,
+    history_path,
+    newest_first,
+    read_history,
+    select,
+)
+
+
+def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = commands.add_parser("list", help="the run history, newest first")
+    parser.add_argument(
+        "root",
+        nargs="?",
+        type=Path,
+        default=Path(os.environ.get("GRADETRAIL_RESULTS", "results")),
+        metavar="ROOT",
+        help="the results root (env GRADETRAIL_RESULTS; default ./results)",
+    )
+    parser.add_argument("--spec", default=None, help="only runs of this spec")
+    parser.add_argument("--model", default=None, help="only runs of this model")
+    parser.add_argument("--json", action="store_true", help="print the entries as JSON")
+    parser.set_defaults(handler=list_command)
+
+
+def list_command(args: argparse.Namespace) -> int:
+    root: Path = args.root
+    if not root.is_dir():
+        raise InputError(str(root), None, None, "not a results root (no such directory)")
+    entries = newest_first(select(read_history(root), spec=args.spec, model=args.model))
+    state = DirectoryState(root)
+    if args.json:
+        print(json.dumps([_json(e, root, state) for e in entries], indent=2))
+        return 0
+    if not entries:
+        which = " matching" if args.spec or args.model else ""
+        print(f"no{which} runs recorded in {history_path(root)}", file=sys.stderr)
+        return 0
+    for entry in entries:
+        print(_line(entry, state))
+    return 0
+
+
+def _state(entry: HistoryEntry, state: DirectoryState) -> str:
+    """`current`, `replaced` (a later run of the identity is there) or `gone`."""
+    if state.why_not_current(entry) is None:
+        return "current"
+    return "gone" if state.finished_at(entry.run_dir) is None else "replaced"
+
+
+def _line(entry: HistoryEntry, state: DirectoryState) -> str:
+    when = entry.finished.strftime("%Y-%m-%d %H:%M:%SZ")
+    git = (entry.git_sha or "no-git")[:10] + ("+dirty" if entry.git_dirty else "")
+    where = _state(entry, state)
+    mark = "" if where == "current" else f" ({where})"
+    rate = entry.pass_rate.describe()
+    return (
+        f"{when}  {entry.label}  {entry.identity[:12]}  {entry.primary_scorer} pass {rate}  "
+        f"git {git}  {entry.run_dir}{mark}"
+    )
+
+
+def _json(entry: HistoryEntry, root: Path, state: DirectoryState) -> dict[str, Any]:
+    return {**entry.model_dump(mode="json"), "path": str(root / entry.run_dir),
+            "state": _state(entry, state)}  # fmt: skip
