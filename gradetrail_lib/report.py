@@ -33,6 +33,7 @@ from gradetrail_lib.stats.repeats import RepeatStats, has_repeats, repeat_stats
 from gradetrail_lib.stats.run_stats import percent
 from gradetrail_lib.summary import format_cost
 from gradetrail_lib.trace import AgentStep, CallTotals, Manifest, TraceRecord
+from gradetrail_lib.viewer.svg import ForestRow, forest_plot
 
 REPORT_FILE = "report.html"
 TEMPLATE = "report.html.j2"
@@ -227,7 +228,10 @@ def _trajectory_error(record: TraceRecord) -> str | None:
     return None
 
 
-def _failure(record: TraceRecord, primary: str, threshold: float, anchor: str) -> FailedSample:
+def sample_view(record: TraceRecord, primary: str, threshold: float, anchor: str) -> FailedSample:
+    """A sample as the report shows a failed one (and the viewer any one): its kind of
+    failure, if it failed, and everything `sample.html.j2` renders; `anchor` prefixes
+    the ids of its steps' elements, unique within a page."""
     # Truncation first: a cut-off answer is a budget problem, not a wrong answer.
     kind = "truncated" if record.truncated else (record.failure_mode or "below_threshold")
     label = FAILURE_LABELS.get(kind, "below the pass threshold")
@@ -364,7 +368,7 @@ def build_views(
         # grade, a Python scorer that raised), or an agent stopped early: all need a
         # reader's eyes.
         failures = [
-            _failure(r, primary, threshold, f"run{number}-sample{i}")
+            sample_view(r, primary, threshold, f"run{number}-sample{i}")
             for i, r in enumerate(records)
             if not r.passes(primary, threshold)
             or any(e.error is not None for e in r.scores.values())
@@ -395,9 +399,12 @@ def build_views(
     return views, pairs
 
 
-def _environment() -> jinja2.Environment:
+def environment(*loaders: jinja2.BaseLoader) -> jinja2.Environment:
+    """The report's templates and filters, autoescaped; `loaders` are searched first
+    (the viewer's pages, which import the report's `sample.html.j2`)."""
+    own = jinja2.PackageLoader("gradetrail_lib", "templates")
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("gradetrail_lib", "templates"),
+        loader=jinja2.ChoiceLoader([*loaders, own]) if loaders else own,
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -427,8 +434,13 @@ def render_report(
         runs, threshold=threshold, confidence=confidence, method=method, settings=settings
     )
     spec = runs[0].manifest.spec.name
+    primary = runs[0].manifest.primary_scorer
+    forest = forest_plot(
+        [ForestRow(v.label, v.stats.pass_rate) for v in views],
+        title=f"{primary} pass rate per model, {percent(confidence)} CI ({method})",
+    )
     return (
-        _environment()
+        environment()
         .get_template(TEMPLATE)
         .render(
             title=title or f"gradetrail report: {spec}",
@@ -436,6 +448,7 @@ def render_report(
             identity=runs[0].manifest.identity,
             runs=views,
             pairs=pairs,
+            forest=forest,
             threshold=threshold,
             confidence=confidence,
             method=method,

@@ -76,12 +76,15 @@ class Elements(HTMLParser):
         self.tags: list[tuple[str, dict[str, str | None]]] = []
         self.title = ""
         self._in_title = False
+        self._svg = 0  # a plot's <title> elements are its tooltips, not the page's title
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append((tag, dict(attrs)))
-        self._in_title = tag == "title"
+        self._svg += tag == "svg"
+        self._in_title = tag == "title" and not self._svg
 
     def handle_endtag(self, tag: str) -> None:
+        self._svg -= tag == "svg"
         self._in_title = False
 
     def handle_data(self, data: str) -> None:

@@ -1,0 +1,202 @@
+"""The viewer's web app (Starlette) and its server (uvicorn), on loopback only.
+
+Read-only: every route is GET (and HEAD); any other method is 405 and nothing anywhere
+writes. Every response carries a Content-Security-Policy that allows no script at all
+(`default-src 'none'`), the viewer's own style sheet and nothing else, and forbids
+framing; so a `<script>` in a model response would not run even if it were not escaped
+(it is). Host headers other than loopback names are refused, so a web page cannot reach
+the viewer through a DNS name rebound to 127.0.0.1.
+"""
+
+import asyncio
+import ipaddress
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gradetrail_lib.errors import UsageError
+from gradetrail_lib.viewer.catalog import Catalog
+from gradetrail_lib.viewer.pages import Page, Pages, viewer_css
+
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "base-uri 'none'; frame-ancestors 'none'"
+)
+HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"cache-control", b"no-cache"),
+]
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "[::1]", "::1"]
+
+
+class SecurityHeaders:
+    """Adds HEADERS to every HTTP response, errors included (outermost middleware)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in HEADERS if k not in names]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def _response(page: Page) -> Response:
+    if page.location is not None:
+        return RedirectResponse(page.location, status_code=page.status)
+    return HTMLResponse(page.html, status_code=page.status)
+
+
+def create_app(root: Path) -> ASGIApp:
+    """The viewer over the run directories under `root`."""
+    pages = Pages(Catalog(root))
+    css = viewer_css()
+
+    def params(request: Request) -> dict[str, str]:
+        return dict(request.query_params)
+
+    # Plain functions: Starlette runs them in its thread pool, so reading a big run
+    # never blocks the event loop.
+    def runs(request: Request) -> Response:
+        return _response(pages.handle(pages.runs, params(request)))
+
+    def run(request: Request) -> Response:
+        name = request.path_params["name"]
+        return _response(pages.handle(pages.run, name, params(request)))
+
+    def sample(request: Request) -> Response:
+        p = request.path_params
+        return _response(pages.handle(pages.sample, p["name"], p["sample_id"], params(request)))
+
+    def diff_form(request: Request) -> Response:
+        return _response(pages.handle(pages.diff_form, params(request)))
+
+    def diff(request: Request) -> Response:
+        p = request.path_params
+        return _response(pages.handle(pages.diff, p["a"], p["b"], params(request)))
+
+    def stylesheet(request: Request) -> Response:
+        return Response(css, media_type="text/css")
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        title = {404: "Not found", 405: "Method not allowed"}.get(status, "Error")
+        page = pages.error(status, title)
+        headers = {"allow": "GET, HEAD"} if status == 405 else None
+        return HTMLResponse(page.html, status_code=status, headers=headers)
+
+    routes = [
+        Route("/", runs, methods=["GET"]),
+        Route("/run/{name}", run, methods=["GET"]),
+        Route("/run/{name}/sample/{sample_id:path}", sample, methods=["GET"]),
+        Route("/diff", diff_form, methods=["GET"]),
+        Route("/diff/{a}/{b}", diff, methods=["GET"]),
+        Route("/static/viewer.css", stylesheet, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES)],
+        exception_handlers={HTTPException: http_error, Exception: http_error},
+    )
+    # /run/x/ is not /run/x: no redirect that would turn `/run/../` into `/run/..`.
+    app.router.redirect_slashes = False
+    return SecurityHeaders(app)
+
+
+def check_loopback(host: str) -> str:
+    """The address to bind: `host` when it is a loopback address (or `localhost`),
+    else UsageError: the viewer shows prompts and responses and has no login."""
+    address = "127.0.0.1" if host == "localhost" else host
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise UsageError(
+            f"the viewer listens on loopback only (127.0.0.1), not {host!r}: it serves your "
+            "prompts and responses without a login; to view it from another machine, "
+            "forward the port (ssh -L 8765:127.0.0.1:8765 HOST)"
+        )
+    return address
+
+
+def bind(host: str, port: int) -> socket.socket:
+    address = check_loopback(host)
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {address}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    return sock
+
+
+def server(app: ASGIApp) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", server_header=False
+    )
+    return uvicorn.Server(config)
+
+
+def serve(root: Path, host: str, port: int, on_ready: Callable[[str], Any] | None = None) -> None:
+    """Serve the viewer until interrupted (Ctrl-C). `on_ready` gets the URL."""
+    sock = bind(host, port)
+    actual = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    if on_ready is not None:
+        on_ready(f"http://{shown}:{actual}/")
+    server(create_app(root)).run(sockets=[sock])
+
+
+class Background:
+    """The viewer served from a thread (tests, benchmarks): `with Background(root) as url`."""
+
+    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.sock = bind(host, port)
+        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
+        self.server = server(create_app(root))
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the viewer did not start")
+            threading.Event().wait(0.01)
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()

@@ -1,0 +1,582 @@
+"""Every page of the viewer as (status, HTML), from a `Catalog` and the query
+parameters: the runs, a run's samples, a sample, the diff of two runs, an error.
+
+The state of a view is its URL: each page reads its filters, sort, search and page
+number from the query and writes every link and form from the same state, leaving
+out what is at its default, so a view has one URL (links.py has the contract). Pages
+are rendered with the HTML report's jinja2 environment (autoescape, its filters) and
+its sample macro; the viewer's own templates come first.
+"""
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import jinja2
+import numpy as np
+
+from gradetrail_lib.errors import InputError, NotComparable
+from gradetrail_lib.report import (
+    FAILURE_LABELS,
+    FailedSample,
+    environment,
+    reproducibility_facts,
+    sample_view,
+)
+from gradetrail_lib.runs import Run, distinct_labels
+from gradetrail_lib.stats import PairedComparison, check_comparable, compare, pair_up
+from gradetrail_lib.stats.run_stats import percent
+from gradetrail_lib.summary import format_cost
+from gradetrail_lib.trace import OUTCOMES, Manifest, TraceRecord
+from gradetrail_lib.viewer import links
+from gradetrail_lib.viewer.catalog import Catalog, RunEntry, flags_of
+from gradetrail_lib.viewer.index import FAILURE_MODES, Query, RunIndex, sort_keys
+from gradetrail_lib.viewer.paths import NotFound
+from gradetrail_lib.viewer.svg import ForestRow, HistoryPoint, forest_plot, history_plot
+
+PER_PAGE = 50
+MAX_PER_PAGE = 500
+PREVIEW = 160
+COMPARISONS = 16
+RUN_SORTS = ("spec", "model", "identity", "n", "pass", "cost", "cache", "date", "flags")
+Paired = tuple[PairedComparison, Any]  # the comparison; A's position -> B's
+
+
+class BadRequest(ValueError):
+    """A query parameter the page cannot honour (400, with the reason)."""
+
+
+@dataclass(frozen=True)
+class Page:
+    status: int
+    html: str = ""
+    location: str | None = None  # a redirect (303)
+
+
+def viewer_css() -> str:
+    """The report's style sheet, then the viewer's own."""
+    lib = resources.files("gradetrail_lib")
+    base = (lib / "templates" / "base.css").read_text(encoding="utf-8")
+    own = (lib / "viewer" / "static" / "viewer.css").read_text(encoding="utf-8")
+    return base + "\n" + own
+
+
+# -- query parameters ----------------------------------------------------------------
+def _flag(params: Mapping[str, str], name: str) -> bool:
+    value = params.get(name, "")
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise BadRequest(f"{name}: expected 1 or 0, not {value!r}")
+
+
+def _int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    value = params.get(name, "")
+    if value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadRequest(f"{name}: not a number: {value!r}") from None
+    if not low <= number <= high:
+        raise BadRequest(f"{name}: must be between {low} and {high}, not {number}")
+    return number
+
+
+def _choice(params: Mapping[str, str], name: str, allowed: Sequence[str]) -> str:
+    value = params.get(name, "")
+    if value and value not in allowed:
+        raise BadRequest(f"{name}: {value!r} is not one of {', '.join(a for a in allowed if a)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Pager:
+    total: int
+    page: int
+    per: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.per))
+
+    @property
+    def start(self) -> int:
+        return (self.page - 1) * self.per
+
+    @property
+    def stop(self) -> int:
+        return min(self.start + self.per, self.total)
+
+
+def _pager(params: Mapping[str, str], total: int, per_default: int) -> Pager:
+    per = _int(params, "per", per_default, 1, MAX_PER_PAGE)
+    pages = max(1, math.ceil(total / per))
+    page = _int(params, "page", 1, 1, 10**9)
+    return Pager(total, min(page, pages), per)
+
+
+@dataclass(frozen=True)
+class State:
+    """A page's parameters, for writing its links: `href(page=2)` is this view on page 2,
+    `href(sort="id", page=None)` sorted by id from the first page."""
+
+    path: str
+    params: dict[str, str | int | None]
+
+    def href(self, **changes: str | int | None) -> str:
+        merged = {**self.params, **changes}
+        if merged.get("page") == 1:
+            merged["page"] = None
+        return self.path + links.query(merged)
+
+    def sort_href(self, key: str) -> str:
+        """Sorting by `key`, or by `key` descending when it is the current sort."""
+        current = str(self.params.get("sort") or "")
+        return self.href(sort=f"-{key}" if current == key else key, page=None)
+
+
+# -- views ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScoreCell:
+    scorer: str
+    score: float | None
+    passed: bool
+    error: str | None
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    position: int
+    id: str
+    repeat: int
+    href: str
+    cells: list[ScoreCell]
+    outcome: str
+    failure_mode: str | None
+    failing: bool
+    preview: str
+    view: FailedSample | None = None  # in the failures view: the sample in full
+
+
+@dataclass(frozen=True)
+class DiffSide:
+    record: TraceRecord
+    href: str
+    cell: ScoreCell
+    cells: list[ScoreCell]
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    id: str
+    repeat: int
+    a: DiffSide
+    b: DiffSide
+    same_response: bool
+
+
+def _cells(record: TraceRecord, scorers: Sequence[str], threshold: float) -> list[ScoreCell]:
+    return [
+        ScoreCell(s, record.score_of(s), record.passes(s, threshold), record.error_of(s))
+        for s in scorers
+    ]
+
+
+def _preview(record: TraceRecord) -> str:
+    if record.response is None:
+        return ""
+    text = " ".join(record.response.split())
+    return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
+
+
+def _when(iso: str) -> str:
+    """`2026-05-01T02:00:13.5+00:00` as `2026-05-01 02:00`."""
+    return iso[:16].replace("T", " ") if len(iso) >= 16 else iso
+
+
+class Pages:
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.env = environment(jinja2.PackageLoader("gradetrail_lib.viewer", "templates"))
+        self.env.filters["when"] = _when
+        self.env.filters["cost"] = format_cost
+        self.env.globals.update(
+            runs_href=links.runs_href,
+            run_href=links.run_href,
+            sample_href=links.sample_href,
+            diff_href=links.diff_href,
+            failure_labels=FAILURE_LABELS,
+            root=str(catalog.root),
+        )
+        self._comparisons: OrderedDict[tuple[Any, ...], Paired | NotComparable] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def render(self, template: str, status: int = 200, **context: Any) -> Page:
+        return Page(status, self.env.get_template(template).render(**context))
+
+    def error(self, status: int, title: str, message: str = "") -> Page:
+        return self.render("page_error.html.j2", status, title=title, message=message)
+
+    def handle(self, build: Callable[..., Page], *args: Any) -> Page:
+        """`build(*args)`, with the viewer's errors as pages: 404 for what is not there
+        (or refused), 400 for a bad parameter, 422 for a run that cannot be read, 409
+        for two runs that cannot be paired."""
+        try:
+            return build(*args)
+        except NotFound:
+            return self.error(404, "Not found")
+        except BadRequest as exc:
+            return self.error(400, "Bad request", str(exc))
+        except InputError as exc:
+            return self.error(422, "This run cannot be read", self._relative(str(exc)))
+        except NotComparable as exc:
+            return self.error(409, "These runs cannot be paired", str(exc))
+
+    def _relative(self, message: str) -> str:
+        return message.replace(str(self.catalog.root) + "/", "")
+
+    # -- / -----------------------------------------------------------------------------
+    def runs(self, params: Mapping[str, str]) -> Page:
+        entries = self.catalog.entries()
+        good = [e for e in entries if e.run is not None]
+        errors = [e for e in entries if e.run is None]
+        specs = sorted({e.spec for e in good})
+        models = sorted({e.model for e in good})
+        spec = _choice(params, "spec", ["", *specs])
+        model = _choice(params, "model", ["", *models])
+        sort = _choice(params, "sort", ["", *RUN_SORTS, *(f"-{s}" for s in RUN_SORTS)])
+        shown = [
+            e for e in good if (not spec or e.spec == spec) and (not model or e.model == model)
+        ]
+        shown = _sort_runs(shown, sort or "-date")
+        state = State("/", {"spec": spec, "model": model, "sort": sort})
+        return self.render(
+            "page_runs.html.j2",
+            entries=shown,
+            errors=errors,
+            specs=specs,
+            models=models,
+            spec=spec,
+            model=model,
+            sort=sort or "-date",
+            state=state,
+            plots=_plots(shown),
+            names=[e.name for e in sorted(good, key=lambda e: e.name)],
+        )
+
+    # -- /run/<name> ---------------------------------------------------------------------
+    def run(self, name: str, params: Mapping[str, str]) -> Page:
+        with self.catalog.samples(name) as (run, index, source):
+            m = run.manifest
+            scorers = m.scorer_names
+            failures = _flag(params, "failures")
+            scorer = _choice(params, "scorer", ["", *scorers]) or None
+            outcome = _choice(params, "outcome", ["", *OUTCOMES]) or None
+            mode = _choice(params, "mode", ["", "none", *FAILURE_MODES]) or None
+            text = params.get("q", "")
+            sort = _choice(params, "sort", sort_keys(scorers))
+            query = Query(failures, scorer, outcome, mode, text, sort)
+            try:
+                selected = index.select(query, source)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
+            pager = _pager(params, len(selected), PER_PAGE)
+            positions = [int(p) for p in selected[pager.start : pager.stop]]
+            records = index.read(source, positions)
+            failing = index.failing()
+            rows = [
+                self._row(name, run, index, p, r, bool(failing[p]), full=failures)
+                for p, r in zip(positions, records, strict=True)
+            ]
+            by_outcome, by_mode = index.counts()
+            state = State(
+                links.run_href(name),
+                {
+                    "failures": 1 if failures else None, "scorer": scorer, "outcome": outcome,
+                    "mode": mode, "q": text, "sort": sort,
+                    "per": pager.per if "per" in params else None, "page": pager.page,
+                },
+            )  # fmt: skip
+            return self.render(
+                "page_run.html.j2",
+                name=name,
+                run=m,
+                label=m.label,
+                flags=flags_of(name, run),
+                facts=reproducibility_facts(m),
+                rates=[(s, index.pass_rate(s)) for s in scorers],
+                confidence=percent(0.95),
+                scorers=scorers,
+                outcomes=by_outcome,
+                modes=by_mode,
+                failing_total=int(failing.sum()),
+                query=query,
+                state=state,
+                pager=pager,
+                rows=rows,
+                others=self._others(name, m.spec.name),
+                repeats=index.clustered,
+                threshold=index.threshold,
+            )
+
+    def _row(
+        self, name: str, run: Run, index: RunIndex, position: int, record: TraceRecord,
+        failing: bool, *, full: bool,
+    ) -> SampleRow:  # fmt: skip
+        primary = run.manifest.primary_scorer
+        return SampleRow(
+            position=position,
+            id=record.id,
+            repeat=record.repeat,
+            href=links.sample_href(name, record.id, record.repeat),
+            cells=_cells(record, run.manifest.scorer_names, index.threshold),
+            outcome=record.outcome,
+            failure_mode=record.failure_mode,
+            failing=failing,
+            preview=_preview(record),
+            view=sample_view(record, primary, index.threshold, f"s{position}") if full else None,
+        )
+
+    def _others(self, name: str, spec: str) -> list[RunEntry]:
+        """The other runs, for the diff form: the same spec's first, newest first."""
+        entries = self.catalog.entries(rates=False)
+        others = [e for e in entries if e.run is not None and e.name != name]
+        others.sort(key=lambda e: e.finished_at, reverse=True)
+        return sorted(others, key=lambda e: e.spec != spec)
+
+    # -- /run/<name>/sample/<id> -------------------------------------------------------
+    def sample(self, name: str, sample_id: str, params: Mapping[str, str]) -> Page:
+        repeat = _int(params, "repeat", 0, 0, 10**9)
+        with self.catalog.samples(name) as (run, index, source):
+            position = index.find(sample_id, repeat)
+            if position is None:
+                raise NotFound(sample_id)
+            (record,) = index.read(source, [position])
+            neighbours = {}
+            for label, p in (("previous", position - 1), ("next", position + 1)):
+                if 0 <= p < index.n:
+                    neighbours[label] = links.sample_href(name, index.ids[p], int(index.repeats[p]))
+            repeats = [
+                r for r in range(run.manifest.repeats) if index.find(sample_id, r) is not None
+            ]
+            primary = run.manifest.primary_scorer
+            return self.render(
+                "page_sample.html.j2",
+                name=name,
+                label=run.manifest.label,
+                record=record,
+                view=sample_view(record, primary, index.threshold, "sample"),
+                failing=bool(index.failing()[position]),
+                cells=_cells(record, run.manifest.scorer_names, index.threshold),
+                primary=primary,
+                neighbours=neighbours,
+                repeats=repeats if len(repeats) > 1 else [],
+                position=position,
+                total=index.n,
+            )
+
+    # -- /diff -------------------------------------------------------------------------
+    def diff_form(self, params: Mapping[str, str]) -> Page:
+        """The runs page's and run page's diff form (two selects, no script) lands here."""
+        a, b = params.get("a", ""), params.get("b", "")
+        if not a or not b:
+            raise BadRequest("choose two runs (a and b)")
+        return Page(303, location=links.diff_href(a, b))
+
+    def diff(self, name_a: str, name_b: str, params: Mapping[str, str]) -> Page:
+        with (
+            self.catalog.samples(name_a) as (run_a, index_a, source_a),
+            self.catalog.samples(name_b) as (run_b, index_b, source_b),
+        ):
+            ma, mb = run_a.manifest, run_b.manifest
+            label_a, label_b = distinct_labels([run_a, run_b])
+            if label_a == label_b:
+                label_a, label_b = name_a, name_b
+            labels = (label_a, label_b)
+            shared = [s for s in ma.scorer_names if s in mb.scorer_names]
+            if not shared:
+                raise NotComparable(
+                    f"the runs share no scorer: A [{label_a}] has {', '.join(ma.scorer_names)}; "
+                    f"B [{label_b}] has {', '.join(mb.scorer_names)}"
+                )
+            scorer = _choice(params, "scorer", ["", *shared]) or shared[0]
+            every = _flag(params, "all")
+            try:
+                check_comparable(ma, mb, scorer, labels=labels)
+                refused = None
+            except NotComparable as exc:
+                refused = str(exc)
+            comparison, b_of_a = self._paired(
+                (index_a.signature, index_b.signature, scorer, labels),
+                lambda: _pair(index_a, index_b, ma, mb, scorer, labels),
+            )
+            disagree = _disagreements(index_a, index_b, b_of_a, scorer)
+            chosen = np.arange(index_a.n) if every else np.flatnonzero(disagree)
+            pager = _pager(params, len(chosen), PER_PAGE)
+            page_a = [int(p) for p in chosen[pager.start : pager.stop]]
+            page_b = [int(b_of_a[p]) for p in page_a]
+            rows = []
+            for ra, rb in zip(
+                index_a.read(source_a, page_a), index_b.read(source_b, page_b), strict=True
+            ):
+                rows.append(
+                    DiffRow(
+                        ra.id, ra.repeat,
+                        self._side(name_a, ra, scorer, shared, index_a.threshold),
+                        self._side(name_b, rb, scorer, shared, index_b.threshold),
+                        ra.response == rb.response,
+                    )
+                )  # fmt: skip
+            state = State(
+                links.diff_href(name_a, name_b),
+                {
+                    "all": 1 if every else None,
+                    "scorer": scorer if scorer != shared[0] else None,
+                    "per": pager.per if "per" in params else None,
+                    "page": pager.page,
+                },
+            )
+            return self.render(
+                "page_diff.html.j2",
+                name_a=name_a,
+                name_b=name_b,
+                label_a=label_a,
+                label_b=label_b,
+                scorer=scorer,
+                shared=shared,
+                every=every,
+                comparison=comparison,
+                refused=refused,
+                disagreements=int(disagree.sum()),
+                total=index_a.n,
+                rows=rows,
+                pager=pager,
+                state=state,
+            )
+
+    def _side(
+        self, name: str, record: TraceRecord, scorer: str, shared: list[str], threshold: float
+    ) -> DiffSide:
+        cells = _cells(record, shared, threshold)
+        cell = next(c for c in cells if c.scorer == scorer)
+        return DiffSide(record, links.sample_href(name, record.id, record.repeat), cell, cells)
+
+    def _paired(self, key: tuple[Any, ...], build: Callable[[], Paired]) -> Paired:
+        """A pairing is kept while both files are unchanged (its bootstrap takes seconds
+        at 100,000 pairs), and so is a refusal."""
+        with self._lock:
+            found = self._comparisons.get(key)
+        if found is None:
+            try:
+                found = build()
+            except NotComparable as exc:
+                found = exc
+            with self._lock:
+                self._comparisons[key] = found
+                while len(self._comparisons) > COMPARISONS:
+                    self._comparisons.popitem(last=False)
+        if isinstance(found, NotComparable):
+            raise found
+        return found
+
+
+def _pair(
+    a: RunIndex, b: RunIndex, ma: Manifest, mb: Manifest, scorer: str, labels: tuple[str, str]
+) -> Paired:
+    """`compare` on the two indexes (NotComparable when their samples differ, with the
+    counts per side), and where each of A's samples is in B."""
+    light_a, light_b = a.light_records(), b.light_records()
+    pair_up(light_a, light_b, labels)
+    notes = check_comparable(ma, mb, scorer, force=True, labels=labels)
+    comparison = compare(light_a, light_b, scorer, labels=labels, notes=notes)
+    b_of_a = np.array(
+        [b.positions[(i, r)] for i, r in zip(a.ids, a.repeats.tolist(), strict=True)],
+        dtype=np.int64,
+    )
+    return comparison, b_of_a
+
+
+def _disagreements(a: RunIndex, b: RunIndex, b_of_a: Any, scorer: str) -> Any:
+    """Pairs that differ on `scorer`: pass or fail, score, or scored or not."""
+    score_a, score_b = a.scores[scorer], b.scores[scorer][b_of_a]
+    scored_a, scored_b = ~np.isnan(score_a), ~np.isnan(score_b)
+    value_a, value_b = np.nan_to_num(score_a), np.nan_to_num(score_b)
+    passes_a, passes_b = a.passes(scorer), b.passes(scorer)[b_of_a]
+    return (passes_a != passes_b) | (value_a != value_b) | (scored_a != scored_b)
+
+
+def _sort_runs(entries: list[RunEntry], sort: str) -> list[RunEntry]:
+    descending, key = sort.startswith("-"), sort.lstrip("-")
+
+    def value(e: RunEntry) -> Any:
+        assert e.run is not None
+        m = e.run.manifest
+        rate = e.pass_rate.value if e.pass_rate is not None else None
+        return {
+            "spec": e.spec,
+            "model": e.model,
+            "identity": m.identity,
+            "n": m.samples,
+            "pass": -1.0 if rate is None else rate,
+            "cost": -1.0 if m.target.cost_usd is None else m.target.cost_usd,
+            "cache": m.target.cache_hits,
+            "date": m.finished_at,
+            "flags": len(e.flags) + len(m.warnings),
+        }[key]
+
+    return sorted(entries, key=lambda e: (value(e), e.name), reverse=descending)
+
+
+@dataclass
+class SpecPlots:
+    spec: str
+    forest: Any
+    histories: list[Any] = field(default_factory=list)
+
+
+def _plots(entries: list[RunEntry]) -> list[SpecPlots]:
+    """Per spec, each model's latest run in a forest plot; per spec and model with more
+    than one run, the primary pass rate over the runs, oldest first."""
+    out = []
+    for spec in sorted({e.spec for e in entries}):
+        runs = sorted((e for e in entries if e.spec == spec), key=lambda e: e.finished_at)
+        by_model: dict[str, list[RunEntry]] = {}
+        for e in runs:
+            by_model.setdefault(e.model, []).append(e)
+        rows = []
+        for model, history in sorted(by_model.items()):
+            last = history[-1]
+            assert last.run is not None and last.pass_rate is not None
+            rows.append(
+                ForestRow(
+                    model, last.pass_rate, links.run_href(last.name),
+                    f"{last.run.manifest.primary_scorer}, {last.name}, {_when(last.finished_at)}",
+                )
+            )  # fmt: skip
+        primary = runs[-1].run.manifest.primary_scorer if runs[-1].run else ""
+        plots = SpecPlots(
+            spec,
+            forest_plot(rows, title=f"{spec}: {primary} pass rate per model (latest run), 95% CI"),
+        )
+        for model, history in sorted(by_model.items()):
+            if len(history) < 2:
+                continue
+            points = [
+                HistoryPoint(
+                    e.finished_at, e.pass_rate, links.run_href(e.name),
+                    f"{e.name}" + (f", {e.run.manifest.primary_scorer}" if e.run else ""),
+                )
+                for e in history
+                if e.pass_rate is not None
+            ]  # fmt: skip
+            plots.histories.append(
+                history_plot(points, title=f"{model}: pass rate over {len(points)} runs")
+            )
+        out.append(plots)
+    return out
