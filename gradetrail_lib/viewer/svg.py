@@ -126,7 +126,7 @@ def history_plot(
 ) -> Markup:
     """The runs in time order, evenly spaced: each pass rate a dot with its interval as
     a vertical bar, joined by a line; each point's tooltip holds its date and figures."""
-    left, right, top, bottom = 34, 12, 24, 34
+    left, right, top, bottom = 34, 26, 24, 34
     x0, x1, y0, y1 = left, width - right, top, height - bottom
 
     def y(value: float) -> float:
