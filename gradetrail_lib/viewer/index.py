@@ -24,6 +24,7 @@ import json
 import os
 import re
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -303,16 +304,12 @@ def build_index(path: Path, source: BinaryIO, scorers: Sequence[str], sig: Signa
     """Scan results.jsonl once. InputError names the first line that is not a record
     (invalid JSON, a field missing or of the wrong type)."""
     names = list(scorers)
-    offsets: list[int] = []
-    lengths: list[int] = []
-    lines: list[int] = []
+    # Typed arrays, not lists: 8 bytes or 1 a value instead of a Python object each.
+    offsets, lengths, lines, repeats = (array("q") for _ in range(4))
+    outcome, mode, answered = (array("b") for _ in range(3))
     ids: list[str] = []
-    repeats: list[int] = []
-    outcome: list[int] = []
-    mode: list[int] = []
-    answered: list[bool] = []
-    scores: list[list[float]] = [[] for _ in names]
-    errors: list[list[int]] = [[] for _ in names]
+    scores = [array("d") for _ in names]
+    errors = [array("b") for _ in names]
     positions: dict[tuple[str, int], int] = {}
     nan = float("nan")
     source.seek(0)
@@ -355,21 +352,28 @@ def build_index(path: Path, source: BinaryIO, scorers: Sequence[str], sig: Signa
         mode.append(failure_code)
         answered.append(response is not None)
         offset += size
+
+    def int64(values: "array[int]") -> Ints:
+        return np.frombuffer(values, dtype=np.int64).copy()
+
+    def int8(values: "array[int]") -> npt.NDArray[np.int8]:
+        return np.frombuffer(values, dtype=np.int8).copy()
+
     return RunIndex(
         path=path,
         signature=sig,
         scorers=tuple(names),
         primary=names[0],
-        offsets=np.array(offsets, dtype=np.int64),
-        lengths=np.array(lengths, dtype=np.int64),
-        lines=np.array(lines, dtype=np.int64),
+        offsets=int64(offsets),
+        lengths=int64(lengths),
+        lines=int64(lines),
         ids=ids,
-        repeats=np.array(repeats, dtype=np.int64),
-        outcome=np.array(outcome, dtype=np.int8),
-        mode=np.array(mode, dtype=np.int8),
-        answered=np.array(answered, dtype=np.bool_),
-        scores={s: np.array(scores[j], dtype=np.float64) for j, s in enumerate(names)},
-        errors={s: np.array(errors[j], dtype=np.int8) for j, s in enumerate(names)},
+        repeats=int64(repeats),
+        outcome=int8(outcome),
+        mode=int8(mode),
+        answered=int8(answered).astype(np.bool_),
+        scores={s: np.frombuffer(scores[j], dtype=np.float64).copy() for j, s in enumerate(names)},
+        errors={s: int8(errors[j]) for j, s in enumerate(names)},
         positions=positions,
         clustered=len(set(ids)) < len(ids),
     )
