@@ -23,7 +23,12 @@ from dagster_duckdb import DuckDBResource
 
 from gradetrail_assets.checks import check_specs, latest_data_version, score_checks
 from gradetrail_assets.leaderboard import build_leaderboard, leaderboard_metadata
-from gradetrail_assets.metadata import responses_metadata, scores_metadata, stats_metadata
+from gradetrail_assets.metadata import (
+    responses_metadata,
+    scores_metadata,
+    stats_metadata,
+    viewer_metadata,
+)
 from gradetrail_assets.names import dagster_name, job_name, partitions_name
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_assets.tables import (
@@ -243,6 +248,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
                 "report": dg.MetadataValue.path(str(path.resolve())),
                 "url": dg.MetadataValue.url(path.resolve().as_uri()),
                 "run_dir": dg.MetadataValue.path(stats),
+                **viewer_metadata(stats),
             },
         )
 

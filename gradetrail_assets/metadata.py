@@ -17,6 +17,7 @@ from gradetrail_lib.pricing import format_usd
 from gradetrail_lib.stats import RunStats, describe
 from gradetrail_lib.summary import RunSummary, format_cost
 from gradetrail_lib.trace import CallTotals, FailureMode, Manifest, TraceRecord
+from gradetrail_lib.viewer.links import viewer_url
 
 FAILURES_SHOWN = 20
 AGENT_MODES: tuple[str, ...] = ("tool_error", "thrash", "budget_exhausted")
@@ -160,7 +161,14 @@ def scores_metadata(
     for name, f in summary.scorers.items():
         metadata[f"mean_score[{name}]"] = dg.MetadataValue.float(f.mean or 0.0)
         metadata[f"errors[{name}]"] = dg.MetadataValue.int(f.errors)
-    return metadata
+    return metadata | viewer_metadata(run_dir)
+
+
+def viewer_metadata(run_dir: str) -> dict[str, Any]:
+    """`viewer`: the run's page in `gradetrail view`, when GRADETRAIL_VIEWER_URL says
+    where it is served (e.g. http://127.0.0.1:8765); nothing otherwise."""
+    url = viewer_url(run_dir)
+    return {"viewer": dg.MetadataValue.url(url)} if url else {}
 
 
 def _stats_lines(name: str, figures: RunStats, primary: bool) -> list[str]:

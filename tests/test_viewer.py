@@ -367,11 +367,18 @@ def test_the_report_draws_the_forest_plot(runs: ViewerRuns) -> None:
     assert "<script" not in svg
 
 
-def test_the_viewer_link_for_dagster(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dagster_metadata_links_to_the_runs_page(
+    runs: ViewerRuns, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gradetrail_assets.metadata import viewer_metadata
+
     monkeypatch.delenv("GRADETRAIL_VIEWER_URL", raising=False)
-    assert viewer_url("results/qa-a-0123") is None
-    monkeypatch.setenv("GRADETRAIL_VIEWER_URL", "http://127.0.0.1:8765/")
-    assert viewer_url(Path("/x/results/qa a#1")) == "http://127.0.0.1:8765/run/qa%20a%231"
+    assert viewer_url("results/qa-a-0123") is None and viewer_metadata("results/x") == {}
+    monkeypatch.setenv("GRADETRAIL_VIEWER_URL", url + "/")
+    assert viewer_url(Path("/x/results/qa a#1")) == f"{url}/run/qa%20a%231"
+    link = viewer_metadata(str(runs.root / runs.a))["viewer"].value
+    assert link == f"{url}/run/{runs.a}"
+    assert httpx.get(link, timeout=30).status_code == 200
 
 
 def test_reproducibility_warnings_are_flagged(tmp_path: Path) -> None:
