@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gradetrail_lib import cli
+from gradetrail_lib import cli, run_spec
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.report import render_report
 from gradetrail_lib.runs import load_run
@@ -204,6 +204,9 @@ def test_sample_page_shows_the_sample_in_full(runs: ViewerRuns, url: str) -> Non
     assert judge.text is not None and "the answer &lt;script&gt;" in html
     for name, entry in rec.scores.items():
         assert f"{name}: {entry.score:.3f}" in html
+    first, last = get(url, sample_href(runs.a, "q000")).text, get(url, sample_href(runs.a, "q023"))
+    assert 'rel="prev"' not in first and 'rel="next"' in first
+    assert last.status_code == 200 and 'rel="next"' not in last.text
     assert get(url, sample_href(runs.a, "nope")).status_code == 404
     assert get(url, sample_href(runs.a, "q003", repeat=1)).status_code == 404
 
@@ -407,3 +410,49 @@ def test_reproducibility_warnings_are_flagged(tmp_path: Path) -> None:
         assert "identity mismatch: directory 0123456789ab, manifest iiiiiiiiiiii" in text
         assert "the git work tree has uncommitted changes" in text
     assert "0.500 (1/2)" in html  # no figures in this manifest: counted from the records
+
+
+def test_an_agents_sample_page_shows_its_trajectory_step_by_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.fake_llm_server import FakeLLMServer
+    from tests.test_agent import agent, project
+
+    monkeypatch.setenv("GT_KEY", "sk-fake-not-a-secret")
+    with FakeLLMServer(responder=agent) as srv:
+        spec = project(tmp_path, f"{srv.base_url}/v1")
+        (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+    name = done.run_dir.name
+    budget = next(r for r in done.records if r.id == "budget")
+    with Background(tmp_path / "r") as base:
+        html = unescape(get(base, sample_href(name, "budget")).text)
+        stopped = get(base, f"/run/{name}?failures=1&mode=thrash").text
+        failing_all = get(base, f"/run/{name}?failures=1").text
+    assert len(budget.trajectory) == 3
+    for i, step in enumerate(budget.trajectory, start=1):
+        assert f'<span class="mono">step {i}</span>' in html and step.request_key in html
+        for result in step.tool_results:
+            assert result.content in html
+    assert "stopped: over the step budget" in html
+    assert failure_ids(stopped) == ["loop"]
+    anchors = re.findall(r'<details class="step" id="([^"]+)"', failing_all)
+    assert anchors and len(anchors) == len(set(anchors))  # unique in the page
+
+
+def test_a_run_with_repeats_gives_intervals_over_cases(tmp_path: Path) -> None:
+    made = make_runs(tmp_path / "made")
+    specs = tmp_path / "made" / "specs"
+    (done,) = run_spec(
+        specs / "qa.yaml", models=["a"], repeats=3, results_root=tmp_path / "r",
+        cache=tmp_path / "made" / "cache.duckdb",
+    )  # fmt: skip
+    assert made.a != done.run_dir.name
+    rate = run_stats(done.records, "exact").pass_rate
+    assert rate.clusters == N and rate.interval is not None
+    with Background(tmp_path / "r") as base:
+        runs_page = get(base, "/").text
+        run_page = get(base, f"/run/{done.run_dir.name}").text
+        sample = get(base, sample_href(done.run_dir.name, "q002", repeat=2)).text
+    assert rate.interval.format(3) in runs_page
+    assert f"({rate.successes}/{rate.n}, {N} cases)" in run_page
+    assert "repeat 2" in sample
