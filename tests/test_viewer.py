@@ -456,3 +456,29 @@ def test_a_run_with_repeats_gives_intervals_over_cases(tmp_path: Path) -> None:
     assert rate.interval.format(3) in runs_page
     assert f"({rate.successes}/{rate.n}, {N} cases)" in run_page
     assert "repeat 2" in sample
+
+
+def test_the_history_plot_shows_every_recorded_run_of_one_identity(tmp_path: Path) -> None:
+    """A nightly re-run of an unchanged spec replaces its directory; the run history keeps
+    both runs, and the runs page plots both."""
+    from tests.support.fake_llm_server import FakeLLMServer
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.jsonl").write_text(
+        "".join(json.dumps({"id": f"s{i}", "answer": "yes"}) + "\n" for i in range(4))
+    )
+    answers = iter(["yes", "yes", "yes", "no"] + ["no"] * 4)
+    with FakeLLMServer(responder=lambda body: next(answers)) as srv:
+        (tmp_path / "s.yaml").write_text(
+            "name: nightly\ndataset: {path: data/x.jsonl}\nprompt: 'q {{ id }}'\n"
+            f'model: {{provider: openai_compatible, name: m-1, base_url: "{srv.base_url}/v1"}}\n'
+            "params: {temperature: 0, max_tokens: 4}\nscorer: {type: exact}\n"
+        )
+        root = tmp_path / "results"
+        for _ in range(2):  # the same identity, other answers (the cache not read)
+            run_spec(tmp_path / "s.yaml", results_root=root, cache=tmp_path / "c.db",
+                     read_cache=False)  # fmt: skip
+    assert len([p for p in root.iterdir() if not p.name.startswith(".")]) == 1
+    with Background(root) as base:
+        html = get(base, "/").text
+    assert "m-1: pass rate over 2 runs (run history)" in html

@@ -14,12 +14,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jinja2
 import numpy as np
 
 from gradetrail_lib.errors import InputError, NotComparable
+from gradetrail_lib.history import HistoryEntry, read_history
 from gradetrail_lib.report import (
     FAILURE_LABELS,
     FailedSample,
@@ -29,6 +31,7 @@ from gradetrail_lib.report import (
 )
 from gradetrail_lib.runs import Run, distinct_labels
 from gradetrail_lib.stats import PairedComparison, check_comparable, compare, pair_up
+from gradetrail_lib.stats.intervals import Estimate, Interval
 from gradetrail_lib.stats.run_stats import percent
 from gradetrail_lib.summary import format_cost
 from gradetrail_lib.trace import OUTCOMES, Manifest, TraceRecord
@@ -266,7 +269,7 @@ class Pages:
             model=model,
             sort=sort or "-date",
             state=state,
-            plots=_plots(shown),
+            plots=_plots(shown, _history(self.catalog.root)),
             names=[e.name for e in sorted(good, key=lambda e: e.name)],
         )
 
@@ -540,9 +543,38 @@ class SpecPlots:
     histories: list[Any] = field(default_factory=list)
 
 
-def _plots(entries: list[RunEntry]) -> list[SpecPlots]:
+def _history(root: Path) -> list[HistoryEntry]:
+    """The run history under the root (every completed run, also those a later run of
+    the same identity replaced); empty when there is none or it cannot be read."""
+    try:
+        return read_history(root)
+    except InputError:
+        return []
+
+
+def _point(entry: HistoryEntry, here: set[str]) -> HistoryPoint | None:
+    rate = entry.pass_rate
+    if rate.value is None or rate.low is None or rate.high is None:
+        return None
+    estimate = Estimate(
+        rate.value, rate.n, Interval(rate.low, rate.high, rate.confidence, rate.method),
+        rate.passed, rate.cases,
+    )  # fmt: skip
+    href = links.run_href(entry.run_dir) if entry.run_dir in here else None
+    return HistoryPoint(
+        entry.finished_at, estimate, href, f"{entry.run_dir}, {entry.primary_scorer}"
+    )
+
+
+def _plots(
+    entries: list[RunEntry], recorded_runs: list[HistoryEntry] | None = None
+) -> list[SpecPlots]:
     """Per spec, each model's latest run in a forest plot; per spec and model with more
-    than one run, the primary pass rate over the runs, oldest first."""
+    than one run, the primary pass rate over the runs, oldest first: from the run history
+    when it has them (a nightly re-run of one identity replaces its directory), else from
+    the directories."""
+    past = sorted(recorded_runs or [], key=lambda h: h.finished)
+    here = {e.name for e in entries}
     out = []
     for spec in sorted({e.spec for e in entries}):
         runs = sorted((e for e in entries if e.spec == spec), key=lambda e: e.finished_at)
@@ -564,15 +596,25 @@ def _plots(entries: list[RunEntry]) -> list[SpecPlots]:
             spec,
             forest_plot(rows, title=f"{spec}: {primary} pass rate per model (latest run), 95% CI"),
         )
-        for model, history in sorted(by_model.items()):
-            if len(history) < 2:
+        for model, runs_of_model in sorted(by_model.items()):
+            recorded = [
+                point
+                for h in past
+                if h.spec == spec and h.model == model and (point := _point(h, here)) is not None
+            ]
+            if len(recorded) >= 2:
+                title = f"{model}: pass rate over {len(recorded)} runs (run history)"
+                plots.histories.append(history_plot(recorded, title=title))
+                continue
+            history_of_model = runs_of_model
+            if len(history_of_model) < 2:
                 continue
             points = [
                 HistoryPoint(
                     e.finished_at, e.pass_rate, links.run_href(e.name),
                     f"{e.name}" + (f", {e.run.manifest.primary_scorer}" if e.run else ""),
                 )
-                for e in history
+                for e in history_of_model
                 if e.pass_rate is not None
             ]  # fmt: skip
             plots.histories.append(
