@@ -11,7 +11,17 @@ import sys
 from collections.abc import Sequence
 
 import gradetrail_lib
-from gradetrail_lib.commands import compare, cost, gate, list_runs, report, retrieval, run, view
+from gradetrail_lib.commands import (
+    compare,
+    cost,
+    gate,
+    list_runs,
+    plan,
+    report,
+    retrieval,
+    run,
+    view,
+)
 from gradetrail_lib.errors import (
     GradetrailError,
     InputError,
@@ -23,7 +33,7 @@ from gradetrail_lib.errors import (
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
-COMMANDS = [run, list_runs, compare, gate, cost, report, retrieval, view]
+COMMANDS = [run, plan, list_runs, compare, gate, cost, report, retrieval, view]
 
 
 def build_parser() -> argparse.ArgumentParser:

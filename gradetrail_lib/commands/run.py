@@ -17,8 +17,10 @@ from pathlib import Path
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.commands.progress import ProgressBar
+from gradetrail_lib.cost_plan import check_max_cost, estimate
 from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UsageError
 from gradetrail_lib.pipeline import CacheLookup, EvalPlan, look_up, plan
+from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.run import resolve_model, run_model, spec_files, split_model
 from gradetrail_lib.spec import LoadedSpec, load_spec
 from gradetrail_lib.summary import format_summary
@@ -87,6 +89,13 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         action="store_true",
         help="do not read the cache (every request is sent); responses are still stored",
     )
+    run.add_argument(
+        "--max-cost",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="refuse to start (exit 2) when the worst-case cost exceeds this (see `plan`)",
+    )
     run.set_defaults(handler=run_command)
 
 
@@ -124,6 +133,16 @@ def run_command(args: argparse.Namespace) -> int:
     backend = make_backend(args)
     cache = ResponseCache(args.cache or default_cache_path())
     found = [[None if args.no_cache else look_up(p, cache) for p in job.plans] for job in jobs]
+    if args.max_cost is not None:  # before any call
+        scorer_cache = None if args.no_cache else cache
+        check_max_cost(
+            [
+                estimate(p, f, scorer_cache, load_prices())
+                for job, looked in zip(jobs, found, strict=True)
+                for p, f in zip(job.plans, looked, strict=True)
+            ],
+            args.max_cost,
+        )
     if any(
         f is None or not f.complete(p)
         for job, looked in zip(jobs, found, strict=True)

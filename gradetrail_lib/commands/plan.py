@@ -1,0 +1,62 @@
+"""`gradetrail plan SPEC [--model M] [--cache PATH]`: what a run would send and cost, per
+model, before any call (see `gradetrail_lib.cost_plan`). Sends nothing, writes nothing."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gradetrail_lib.cache import ResponseCache, default_cache_path
+from gradetrail_lib.cost_plan import ModelPlan, estimate, format_plan, total_worst_case
+from gradetrail_lib.pipeline import look_up, plan
+from gradetrail_lib.pricing import format_usd, load_prices
+from gradetrail_lib.spec import load_spec
+
+EXIT_OK = 0
+
+
+def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = commands.add_parser(
+        "plan", help="what a run would send and cost (cache hits, tokens, cost range)"
+    )
+    parser.add_argument("spec", type=Path, metavar="SPEC", help="a spec file")
+    parser.add_argument("--model", help="plan only this model of the spec")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="each sample N times (default: the spec's)"
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="response cache file (env GRADETRAIL_CACHE; default .gradetrail/gradetrail.duckdb)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(handler=plan_command)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    loaded = load_spec(args.spec).with_repeats(args.repeats)
+    spec = loaded.spec
+    models = [spec.model_named(args.model)] if args.model else list(spec.models)
+    plans = [plan(loaded, m) for m in models]
+    path = args.cache or default_cache_path()
+    # A cache that does not exist yet is empty; opening it would create the file.
+    cache = ResponseCache(path) if path.exists() else None
+    prices = load_prices()
+    estimates: list[ModelPlan] = [
+        estimate(p, look_up(p, cache) if cache is not None else None, cache, prices) for p in plans
+    ]
+    worst = total_worst_case(estimates)
+    if args.json:
+        body = {
+            "pricing_version": prices.version,
+            "models": [e.to_json() for e in estimates],
+            "worst_case_usd": worst,
+        }
+        print(json.dumps(body, indent=2))
+        return EXIT_OK
+    for e in estimates:
+        print(format_plan(e), file=sys.stdout)
+    if len(estimates) > 1:
+        print(f"Worst case, every model: {format_usd(worst)}")
+    return EXIT_OK
