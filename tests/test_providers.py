@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+import gradetrail_lib
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.anthropic_messages import ANTHROPIC_VERSION, seconds_until
@@ -202,10 +203,14 @@ def test_json_post_body_is_byte_for_byte_what_httpx_json_would_send() -> None:
     body = {"messages": [{"role": "user", "content": 'Grüße, 東京 \u2028 "q"'}], "t": 0.5}
     ours = json_post(f"{BASE_URL}/chat/completions", {"x-api-key": "k"}, body)
     theirs = httpx.Request(
-        "POST", f"{BASE_URL}/chat/completions", json=body, headers={"x-api-key": "k"}
+        "POST",
+        f"{BASE_URL}/chat/completions",
+        json=body,
+        headers={"x-api-key": "k", "User-Agent": f"gradetrail/{gradetrail_lib.__version__}"},
     )
     assert ours.read() == theirs.content
-    # The same headers, whatever their order: Host and Content-Length as httpx adds them.
+    # The same headers, whatever their order: Host and Content-Length as httpx adds them,
+    # and gradetrail's User-Agent.
     assert sorted(ours.headers.multi_items()) == sorted(theirs.headers.multi_items())
     assert ours.headers["host"] == httpx.URL(BASE_URL).netloc.decode()
     with pytest.raises(ValueError):  # NaN is not JSON: refused as httpx refuses it

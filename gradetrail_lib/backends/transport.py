@@ -12,11 +12,21 @@ transport does not.
 
 Errors are httpx's own (ConnectError, ReadTimeout, RemoteProtocolError, ...), so the
 retry policy in `providers.caller` treats this transport and httpx's alike.
+
+Proxies are read from the environment as httpx reads them (`HTTPS_PROXY`, `HTTP_PROXY`,
+`ALL_PROXY`, `NO_PROXY`, upper or lower case), once, when the transport is made. An origin
+that goes through a proxy is sent by httpx's own transport, which speaks CONNECT for https
+and absolute-form requests for http; the choice is made once per origin. A connection idle
+longer than `KEEPALIVE_S` is closed rather than reused: servers drop idle connections
+(often after 5 to 60 s) and a request sent on one that is being dropped fails.
 """
 
 import asyncio
+import ipaddress
 import re
 import ssl
+import time
+import urllib.request
 from collections import defaultdict
 from contextlib import suppress
 from functools import cache
@@ -29,6 +39,9 @@ Origin = tuple[str, str, int]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 READ_SIZE = 64 * 1024
+# Seconds a connection may sit idle and still be reused (httpx's default keepalive_expiry
+# is 5 s; the providers' servers keep idle connections for longer than that).
+KEEPALIVE_S = 30.0
 
 # RFC 9110: a header name is a token; a value holds no CR, LF or NUL (which would let a
 # value, an API key read from the environment say, start a header or request of its own).
@@ -36,6 +49,63 @@ _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 _FORBIDDEN_IN_VALUE = re.compile(rb"[\r\n\x00]")
 # Set here from the body actually sent, whatever the request said.
 _FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
+
+
+def environment_proxies() -> dict[str, str]:
+    """Proxy URL by scheme (`http`, `https`, `all`) and the raw `no` list, from the
+    environment only (as httpx: not the system settings `urllib.request.getproxies` adds on
+    macOS and Windows). A proxy given without a scheme is an http one, as httpx reads it."""
+    proxies = urllib.request.getproxies_environment()
+    found = {k: v for k, v in proxies.items() if k in ("http", "https", "all") and v}
+    found = {k: v if "://" in v else f"http://{v}" for k, v in found.items()}
+    if found and proxies.get("no"):
+        found["no"] = proxies["no"]
+    return found
+
+
+def proxy_for(proxies: dict[str, str], scheme: str, host: str, port: int) -> str | None:
+    """The proxy URL an origin goes through, or None when it goes direct."""
+    url = proxies.get(scheme) or proxies.get("all")
+    if url is None:
+        return None
+    entries = proxies.get("no", "").split(",")
+    if any(_bypasses(entry.strip().lower(), scheme, host.lower(), port) for entry in entries):
+        return None
+    return url
+
+
+def _bypasses(entry: str, scheme: str, host: str, port: int) -> bool:
+    """Whether one `NO_PROXY` entry covers the origin, read as httpx reads it: `*` covers
+    all; `name` covers the name and its subdomains, `.name` its subdomains only; an IP
+    address or `localhost`, or an entry with a scheme (`http://name`), that host only; a
+    `:port` limits the entry to that port."""
+    if entry == "*":
+        return True
+    explicit, _, rest = entry.rpartition("://")
+    if explicit not in ("", "all", scheme):
+        return False
+    entry_host, entry_port = rest, ""
+    if rest.startswith("["):  # [IPv6]:port
+        entry_host, _, tail = rest[1:].partition("]")
+        entry_port = tail.removeprefix(":")
+    elif rest.count(":") == 1:
+        entry_host, entry_port = rest.split(":")
+    if not entry_host or (entry_port and entry_port != str(port)):
+        return False
+    if entry_host.startswith(("*.", ".")):
+        return host.endswith("." + entry_host.lstrip("*."))
+    entry_host = entry_host.removeprefix("*")
+    if host == entry_host:
+        return True
+    return not explicit and not _is_ip(entry_host) and host.endswith("." + entry_host)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 @cache
@@ -116,6 +186,7 @@ class _Connection:
         self._reader = reader
         self._writer = writer
         self._reusable = True
+        self.idle_since = 0.0  # time.monotonic() when last put back idle
 
     @property
     def usable(self) -> bool:
@@ -190,18 +261,37 @@ class _Connection:
 
 
 class StreamTransport(httpx.AsyncBaseTransport):
-    """Keep-alive connections per origin, one request in flight on each."""
+    """Keep-alive connections per origin, one request in flight on each; an origin behind
+    a proxy (from the environment, with `trust_env`) goes through httpx's transport."""
 
-    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        trust_env: bool = True,
+        keepalive_s: float = KEEPALIVE_S,
+    ) -> None:
         # None: the shared default context, loaded on the first https connection.
         self._ssl_context = ssl_context
+        self._keepalive_s = keepalive_s
         self._idle: defaultdict[Origin, list[_Connection]] = defaultdict(list)
+        self._proxies = environment_proxies() if trust_env else {}
+        # Per origin: the proxying transport, or None for a direct connection.
+        self._routes: dict[Origin, httpx.AsyncHTTPTransport | None] = {}
+        self._proxy_transports: dict[str, httpx.AsyncHTTPTransport] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
         if url.scheme not in DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
         origin = (url.scheme, url.host, url.port or DEFAULT_PORTS[url.scheme])
+        if self._proxies:  # no proxy in the environment: no lookup at all
+            try:
+                route = self._routes[origin]
+            except KeyError:
+                route = self._routes[origin] = self._route(origin)
+            if route is not None:
+                return await route.handle_async_request(request)
         timeouts: dict[str, Any] = request.extensions.get("timeout", {})
         connection = self._idle_connection(origin) or await self._connect(
             origin, timeouts.get("connect"), request
@@ -212,15 +302,41 @@ class StreamTransport(httpx.AsyncBaseTransport):
             connection.close()
             raise
         if connection.usable:
+            connection.idle_since = time.monotonic()
             self._idle[origin].append(connection)
         else:
             connection.close()
         return response
 
+    def _route(self, origin: Origin) -> httpx.AsyncHTTPTransport | None:
+        scheme, host, port = origin
+        proxy = proxy_for(self._proxies, scheme, host, port)
+        if proxy is None:
+            return None
+        transport = self._proxy_transports.get(proxy)
+        if transport is None:
+            transport = self._proxy_transports[proxy] = httpx.AsyncHTTPTransport(
+                verify=self._ssl_context or shared_ssl_context(),
+                trust_env=False,
+                proxy=httpx.Proxy(proxy),  # credentials in the URL: Proxy-Authorization
+                limits=httpx.Limits(
+                    max_connections=None,
+                    max_keepalive_connections=None,
+                    keepalive_expiry=self._keepalive_s,
+                ),
+            )
+        return transport
+
     def _idle_connection(self, origin: Origin) -> _Connection | None:
         idle = self._idle[origin]
         while idle:
-            connection = idle.pop()
+            connection = idle.pop()  # the most recently used: idle the shortest time
+            if time.monotonic() - connection.idle_since > self._keepalive_s:
+                # Idle too long, and so has every one put back before it.
+                for stale in (connection, *idle):
+                    stale.close()
+                idle.clear()
+                return None
             if connection.usable:
                 return connection
             connection.close()
@@ -255,4 +371,7 @@ class StreamTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         connections = [c for idle in self._idle.values() for c in idle]
         self._idle.clear()
-        await asyncio.gather(*(c.aclose() for c in connections))
+        proxying = list(self._proxy_transports.values())
+        self._proxy_transports.clear()
+        self._routes.clear()
+        await asyncio.gather(*(c.aclose() for c in connections), *(t.aclose() for t in proxying))
