@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gradetrail_lib.backends import Backend, build_backend
+from gradetrail_lib.backends import DEFAULT_MAX_CONCURRENCY, Backend, build_backend
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 
 
@@ -16,7 +16,8 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     database: str = str(default_cache_path())
     results_dir: str = "results"
     backend: str = "local"
-    concurrency: int = 8
+    concurrency: str = "8"  # a count, or "auto" (adaptive, up to max_concurrency)
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     workers: int = 2
     ray_address: str | None = None
     max_provider_error_rate: float = 0.05
@@ -37,7 +38,11 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         workers = self.workers if self.backend == "ray" else None
         address = self.ray_address if self.backend == "ray" else None
         return build_backend(
-            self.backend, concurrency=self.concurrency, workers=workers, address=address
+            self.backend,
+            concurrency=self.concurrency,
+            workers=workers,
+            address=address,
+            max_concurrency=self.max_concurrency,
         )
 
 
@@ -48,7 +53,8 @@ def settings_from_environment() -> GradetrailResource:
         database=str(default_cache_path()),
         results_dir=env.get("GRADETRAIL_RESULTS", "results"),
         backend=env.get("GRADETRAIL_BACKEND", "local"),
-        concurrency=int(env.get("GRADETRAIL_CONCURRENCY", "8")),
+        concurrency=env.get("GRADETRAIL_CONCURRENCY", "8"),
+        max_concurrency=int(env.get("GRADETRAIL_MAX_CONCURRENCY", str(DEFAULT_MAX_CONCURRENCY))),
         workers=int(env.get("GRADETRAIL_WORKERS", "2")),
         ray_address=env.get("RAY_ADDRESS") or None,
         max_provider_error_rate=float(env.get("GRADETRAIL_MAX_PROVIDER_ERROR_RATE", "0.05")),

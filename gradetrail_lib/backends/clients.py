@@ -8,7 +8,7 @@ this transport has no pool to contend for.)
 from gradetrail_lib.backends.transport import StreamTransport
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.caller import call_model
-from gradetrail_lib.providers.policy import RetryPolicy
+from gradetrail_lib.providers.policy import AttemptGate, RetryPolicy
 from gradetrail_lib.request import ModelRequest
 
 Outcome = ModelResponse | ProviderError
@@ -20,10 +20,12 @@ class RequestSender:
     def __init__(self) -> None:
         self._transport = StreamTransport()
 
-    async def send(self, request: ModelRequest, policy: RetryPolicy) -> Outcome:
+    async def send(
+        self, request: ModelRequest, policy: RetryPolicy, gate: AttemptGate | None = None
+    ) -> Outcome:
         """The request's response, or the ProviderError it finally failed with."""
         try:
-            return await call_model(self._transport, request, policy)
+            return await call_model(self._transport, request, policy, gate=gate)
         except ProviderError as error:
             return error
 

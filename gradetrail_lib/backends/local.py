@@ -1,15 +1,24 @@
-"""The asyncio backend: C worker tasks in this process, sharing one RequestSender."""
+"""The asyncio backend: C worker tasks in this process, sharing one RequestSender.
+
+With `adaptive` (`--concurrency auto`), C is the maximum and each endpoint's attempts
+are admitted by an AIMD limiter of its own (`backends.adaptive`), kept for the backend's
+life so that a second run to an endpoint starts where the first one settled."""
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from importlib import import_module
 
+from gradetrail_lib.backends.adaptive import DEFAULT_INITIAL, AIMDLimiter
 from gradetrail_lib.backends.base import ResultCallback
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.request import Endpoint, ModelRequest
+
+
+def endpoint_label(endpoint: Endpoint) -> str:
+    return f"{endpoint.provider}/{endpoint.model} at {endpoint.base_url}"
 
 
 class LocalBackend:
@@ -19,11 +28,29 @@ class LocalBackend:
         self,
         concurrency: int = 8,
         policy: RetryPolicy | None = None,
+        *,
+        adaptive: bool = False,
+        initial: int = DEFAULT_INITIAL,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        # Adaptive: the most in flight (per endpoint); the workers of a run_queue.
         self.concurrency = concurrency
         self.policy = policy or RetryPolicy()
+        self.adaptive = adaptive
+        self.initial = initial
+        self._limiters: dict[Endpoint, AIMDLimiter] = {}
+        # Shared with every describe() result, filled in as runs end: a manifest is
+        # written after its run, when this holds the limit its run settled at.
+        self._settled: dict[str, int] = {}
+
+    def limiter(self, endpoint: Endpoint) -> AIMDLimiter:
+        if endpoint not in self._limiters:
+            self._limiters[endpoint] = AIMDLimiter(self.concurrency, initial=self.initial)
+        return self._limiters[endpoint]
+
+    def limiter_stats(self) -> dict[str, dict[str, int]]:
+        return {endpoint_label(e): lim.stats() for e, lim in self._limiters.items()}
 
     def prepare(self) -> None:
         import_module("gradetrail_lib.backends.clients")  # httpx and httptools: ~0.15 s
@@ -34,10 +61,22 @@ class LocalBackend:
     def limited(self, max_concurrency: int) -> "LocalBackend":
         if self.concurrency <= max_concurrency:
             return self
-        return LocalBackend(max_concurrency, self.policy)
+        return LocalBackend(
+            max_concurrency,
+            self.policy,
+            adaptive=self.adaptive and max_concurrency > 1,
+            initial=self.initial,
+        )
 
     def describe(self) -> dict[str, object]:
-        return {"backend": self.name, "concurrency": self.concurrency}
+        if not self.adaptive:
+            return {"backend": self.name, "concurrency": self.concurrency}
+        return {
+            "backend": self.name,
+            "concurrency": "auto",
+            "max_concurrency": self.concurrency,
+            "settled_concurrency": self._settled,  # per endpoint, when the run ended
+        }
 
     def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
         if requests:
@@ -74,7 +113,8 @@ class LocalBackend:
 
         async def worker() -> None:
             while (request := await next_request()) is not None:
-                outcome = await sender.send(request, self.policy)
+                gate = self.limiter(request.endpoint) if self.adaptive else None
+                outcome = await sender.send(request, self.policy, gate)
                 on_result(request, outcome)
                 if isinstance(outcome, ProviderError):
                     tracker.failure(outcome)
@@ -92,4 +132,6 @@ class LocalBackend:
         except* RunAborted as aborted:
             raise aborted.exceptions[0] from None
         finally:
+            for endpoint, limiter in self._limiters.items():
+                self._settled[endpoint_label(endpoint)] = limiter.limit
             await sender.aclose()

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradetrail_lib.backends import Backend, build_backend
+from gradetrail_lib.backends import DEFAULT_MAX_CONCURRENCY, Backend, build_backend
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.cost_plan import check_max_cost, estimate
@@ -60,9 +60,16 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     )
     run.add_argument(
         "--concurrency",
+        default="8",
+        help="requests in flight (with --backend ray: per worker), or auto: found per "
+        "endpoint, growing while answers are clean and halved on a 429 (local backend)",
+    )
+    run.add_argument(
+        "--max-concurrency",
         type=int,
-        default=8,
-        help="requests in flight (with --backend ray: per worker)",
+        default=DEFAULT_MAX_CONCURRENCY,
+        help=f"with --concurrency auto: the most in flight per endpoint "
+        f"(default {DEFAULT_MAX_CONCURRENCY})",
     )
     run.add_argument(
         "--workers", type=int, default=None, help="Ray worker actors (--backend ray; default 2)"
@@ -101,7 +108,11 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 def make_backend(args: argparse.Namespace) -> Backend:
     return build_backend(
-        args.backend, concurrency=args.concurrency, workers=args.workers, address=args.ray_address
+        args.backend,
+        concurrency=args.concurrency,
+        workers=args.workers,
+        address=args.ray_address,
+        max_concurrency=args.max_concurrency,
     )
 
 

@@ -19,7 +19,7 @@ from gradetrail_lib.providers.adapter import Adapter
 from gradetrail_lib.providers.anthropic_messages import AnthropicMessagesAdapter
 from gradetrail_lib.providers.base import FATAL_STATUSES, ModelResponse, ProviderError
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
-from gradetrail_lib.providers.policy import RetryPolicy, parse_retry_after
+from gradetrail_lib.providers.policy import AttemptGate, RetryPolicy, parse_retry_after
 from gradetrail_lib.request import ModelRequest
 
 ADAPTERS: dict[str, Adapter] = {
@@ -86,11 +86,13 @@ async def call_model(
     *,
     sleep: Sleep = asyncio.sleep,
     rng: random.Random | None = None,
+    gate: AttemptGate | None = None,
 ) -> ModelResponse:
     """One request, with the retry policy applied. Raises ProviderError when it gives up.
 
     Straight to the transport, not through an httpx client: a client adds nothing these
-    requests use (cookies, auth flows, redirects, hooks) and ~120 us of CPU per request."""
+    requests use (cookies, auth flows, redirects, hooks) and ~120 us of CPU per request.
+    `gate` (the adaptive limiter) admits each attempt and sees how it ended."""
     if request.endpoint.provider == "scripted":
         from gradetrail_lib.providers.scripted import answer
 
@@ -99,45 +101,74 @@ async def call_model(
     adapter = ADAPTERS[request.endpoint.provider]
     api_key = api_key_for(request)
     for attempt in range(1, policy.max_attempts + 1):
-        started = time.perf_counter()
-        try:
-            http_request = adapter.build(request, api_key)
-            http_request.extensions["timeout"] = httpx.Timeout(policy.timeout_s).as_dict()
-            response = await transport.handle_async_request(http_request)
-            await response.aread()
-        except httpx.TimeoutException:
-            error = ProviderError("transient", f"timeout after {policy.timeout_s:g}s")
-        except httpx.TransportError as exc:
-            error = ProviderError(
-                "transient", f"connection error: {type(exc).__name__}: {redact(str(exc), api_key)}"
-            )
+        if gate is None:
+            outcome = await _attempt(transport, request, policy, adapter, api_key, attempt)
         else:
-            latency = time.perf_counter() - started
-            if response.is_success:
-                try:
-                    body = response.json()
-                    parsed = adapter.parse(body)
-                # ValueError covers bad JSON and undecodable bytes; AttributeError a body
-                # of the wrong shape (a list or string where an object was expected).
-                except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-                    raise ProviderError(
-                        "fatal", f"unexpected response body: {type(exc).__name__}", 200
-                    ) from exc
-                return ModelResponse(
-                    text=parsed.text,
-                    served_model=parsed.served_model,
-                    stop_reason=parsed.stop_reason,
-                    input_tokens=parsed.input_tokens,
-                    output_tokens=parsed.output_tokens,
-                    latency_s=latency,
-                    attempts=attempt,
-                    raw=body,
-                    tool_calls=parsed.tool_calls,
-                )
-            error = classify(response, adapter, api_key)
+            ticket = await gate.acquire()
+            try:
+                outcome = await _attempt(transport, request, policy, adapter, api_key, attempt)
+            except ProviderError as fatal:
+                gate.done(ticket, fatal)
+                raise
+            except BaseException:
+                gate.abandon(ticket)
+                raise
+            gate.done(ticket, outcome if isinstance(outcome, ProviderError) else None)
+        if isinstance(outcome, ModelResponse):
+            return outcome
+        error = outcome
         if error.kind == "fatal" or attempt == policy.max_attempts:
             if attempt > 1:
                 error.message = f"{error.message} (after {attempt} attempts)"
             raise error
         await sleep(policy.delay_s(attempt, error.retry_after_s, rng))
     raise AssertionError("unreachable")
+
+
+async def _attempt(
+    transport: httpx.AsyncBaseTransport,
+    request: ModelRequest,
+    policy: RetryPolicy,
+    adapter: Adapter,
+    api_key: str | None,
+    attempt: int,
+) -> ModelResponse | ProviderError:
+    """One HTTP exchange: the response, or the error to retry or give up with (raised
+    when the body of a success cannot be read)."""
+    started = time.perf_counter()
+    try:
+        http_request = adapter.build(request, api_key)
+        http_request.extensions["timeout"] = httpx.Timeout(policy.timeout_s).as_dict()
+        response = await transport.handle_async_request(http_request)
+        await response.aread()
+    except httpx.TimeoutException:
+        error = ProviderError("transient", f"timeout after {policy.timeout_s:g}s")
+    except httpx.TransportError as exc:
+        error = ProviderError(
+            "transient", f"connection error: {type(exc).__name__}: {redact(str(exc), api_key)}"
+        )
+    else:
+        latency = time.perf_counter() - started
+        if response.is_success:
+            try:
+                body = response.json()
+                parsed = adapter.parse(body)
+            # ValueError covers bad JSON and undecodable bytes; AttributeError a body
+            # of the wrong shape (a list or string where an object was expected).
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+                raise ProviderError(
+                    "fatal", f"unexpected response body: {type(exc).__name__}", 200
+                ) from exc
+            return ModelResponse(
+                text=parsed.text,
+                served_model=parsed.served_model,
+                stop_reason=parsed.stop_reason,
+                input_tokens=parsed.input_tokens,
+                output_tokens=parsed.output_tokens,
+                latency_s=latency,
+                attempts=attempt,
+                raw=body,
+                tool_calls=parsed.tool_calls,
+            )
+        error = classify(response, adapter, api_key)
+    return error

@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Protocol
 
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ProviderError
@@ -27,6 +28,18 @@ class RetryPolicy:
             # A little jitter on top so that clients told the same time do not stampede.
             return min(server_wait_s, self.max_server_wait_s) + rng.uniform(0, 0.1)
         return rng.uniform(0, min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
+
+
+class AttemptGate(Protocol):
+    """Admits each attempt of a call (`call_model`'s `gate`), e.g. the adaptive limiter:
+    `acquire` before it is sent, then `done` with its error (None when clean) once its
+    answer is read, or `abandon` when it ended without one."""
+
+    async def acquire(self) -> int: ...
+
+    def done(self, ticket: int, error: ProviderError | None) -> None: ...
+
+    def abandon(self, ticket: int) -> None: ...
 
 
 def parse_retry_after(value: str, now: datetime | None = None) -> float | None:

@@ -341,7 +341,9 @@ class FakeLLMServer:
     Mutable knobs (safe to change while running): ``latency_s``, ``responder``,
     ``served_model`` (overrides the ``model`` echoed back), ``models`` (listed by
     ``GET /v1/models``), ``script`` (list of :class:`Fault`, consumed in order by completion
-    calls) and ``fail_always`` (a :class:`Fault` used once ``script`` is empty).
+    calls), ``fail_always`` (a :class:`Fault` used once ``script`` is empty) and
+    ``inflight_cap`` (completion calls arriving while that many are in progress are
+    answered 429 with ``retry-after: inflight_cap_retry_after``; None: no cap).
 
     Accounting (thread-safe reads): ``calls``, ``calls_by_path``, ``requests``,
     ``max_inflight``; cleared by :meth:`reset_counts`.
@@ -366,6 +368,8 @@ class FakeLLMServer:
         self.served_model = served_model
         self.script: list[Fault] = []
         self.fail_always: Fault | None = None
+        self.inflight_cap: int | None = None
+        self.inflight_cap_retry_after = "0"
         self.backlog = backlog
 
         self._lock = threading.Lock()
@@ -724,6 +728,8 @@ class FakeLLMServer:
                 parse_error = "The fake server does not support streaming."
 
         fault = self._next_fault()
+        if fault is None and self.inflight_cap is not None and self._inflight >= self.inflight_cap:
+            fault = Fault(status=429, headers={"retry-after": self.inflight_cap_retry_after})
         entry = _request_entry(path, headers, body)
         entry["fault"] = fault
         if fault is not None:
