@@ -92,7 +92,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     @dg.asset(
         key=keys["dataset"],
         code_version=dataset_hash,
-        description=f"The samples of `{spec.dataset.path}`, validated and content-hashed.",
+        description=f"The samples of `{spec.dataset.label}`, validated and content-hashed.",
         **common,
     )
     def dataset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]

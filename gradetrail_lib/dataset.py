@@ -1,12 +1,32 @@
-"""Datasets: JSONL, one sample per line, each with a unique `id`."""
+"""Datasets: rows with a unique `id`, from a JSONL, CSV or Parquet file or a Hugging Face
+dataset.
 
+Each row is a sample; `Sample.line` is where an error about it points: the JSONL line, the
+CSV file line (the header is line 1, so the first row is line 2; a quoted value spanning
+lines shifts the rows after it), the Parquet or Hugging Face row number (from 1).
+
+Content hash: a file's is the sha256 of its bytes (any edit, even one that leaves the rows
+equal, is a new dataset); a Hugging Face dataset's is the sha256 of the canonical JSON
+(gradetrail_lib.hashing) of the list of its rows, each a JSON object, in order.
+"""
+
+import datetime
+import decimal
 import json
+import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.hashing import sha256_hex
+from gradetrail_lib.hashing import hash_json, sha256_hex
+
+if TYPE_CHECKING:
+    from gradetrail_lib.spec import DatasetRef
+
+Format = Literal["jsonl", "csv", "parquet"]
+_SUFFIXES: dict[str, Format] = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
 
 # Not frozen, for speed: one per sample (see pipeline.ResultRow).
@@ -27,20 +47,40 @@ class Dataset:
         return len(self.samples)
 
 
-def load_dataset(path: Path, shown_as: str | None = None) -> Dataset:
-    """Load and validate a JSONL dataset; `shown_as` is the path printed in errors."""
+def dataset_format(path: Path, given: Format | None = None) -> Format:
+    """The format named in the spec, else the one of the file's suffix; JSONL otherwise."""
+    return given or _SUFFIXES.get(path.suffix.lower(), "jsonl")
+
+
+def load_dataset(path: Path, shown_as: str | None = None, format: Format | None = None) -> Dataset:
+    """Load and validate a dataset file; `shown_as` is the path printed in errors."""
     where = shown_as or str(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
+    kind = dataset_format(path, format)
+    if kind == "jsonl":
+        samples = _samples(where, _jsonl_rows(where, raw), "line", tabular=False)
+    else:
+        unit: Literal["line", "row"] = "line" if kind == "csv" else "row"
+        samples = _samples(where, _duckdb_rows(where, path, kind), unit)
+    return Dataset(path=path, samples=samples, content_hash=sha256_hex(raw))
+
+
+def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
+    """The spec's `dataset:`, a file relative to `base_dir` or a Hugging Face dataset."""
+    if ref.path is not None:
+        return load_dataset((base_dir / ref.path).resolve(), ref.path, ref.format)
+    return load_hf_dataset(ref)
+
+
+def _jsonl_rows(where: str, raw: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise InputError(where, line, None, "not valid UTF-8") from exc
-    samples: list[Sample] = []
-    first_line_of: dict[str, int] = {}
     # Split on "\n" only: str.splitlines() also breaks on U+2028, \x1c, \x0c..., which JSON
     # strings may hold raw, and would cut a sample in two and shift every later line number.
     for number, text_line in enumerate(text.split("\n"), start=1):
@@ -52,7 +92,65 @@ def load_dataset(path: Path, shown_as: str | None = None) -> Dataset:
             raise InputError(where, number, None, f"invalid JSON: {exc.msg}") from exc
         if not isinstance(obj, dict):
             raise InputError(where, number, None, "each line must be a JSON object")
-        if "id" not in obj:
+        yield number, obj
+
+
+def _duckdb_rows(
+    where: str, path: Path, kind: Literal["csv", "parquet"]
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    import duckdb
+
+    reader = "read_csv_auto" if kind == "csv" else "read_parquet"
+    # CSV: the header is line 1, the first row line 2. Parquet: rows count from 1.
+    first = 2 if kind == "csv" else 1
+    con = duckdb.connect(":memory:")
+    try:
+        try:
+            cursor = con.execute(f"SELECT * FROM {reader}(?)", [str(path)])
+            names = [d[0] for d in cursor.description or []]
+            values = cursor.fetchall()
+        except duckdb.Error as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(where, None, None, f"cannot read {kind.upper()}: {message}") from exc
+    finally:
+        con.close()
+    for offset, row in enumerate(values):
+        number = first + offset
+        yield number, _jsonable_row(where, number, dict(zip(names, row, strict=True)))
+
+
+def _jsonable_row(where: str, number: int, row: dict[str, Any]) -> dict[str, Any]:
+    """The row's values as JSON values (what a JSONL row holds): dates, times, decimals and
+    UUIDs become strings; binary and other values are refused, naming the field."""
+
+    def convert(field: str, value: Any) -> Any:
+        if value is None or isinstance(value, str | bool | int | float):
+            return value
+        if isinstance(value, dict):
+            return {str(k): convert(field, v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [convert(field, v) for v in value]
+        if isinstance(value, datetime.date | datetime.time):
+            return value.isoformat()
+        if isinstance(value, decimal.Decimal | uuid.UUID | datetime.timedelta):
+            return str(value)
+        raise InputError(where, number, field, f"unsupported value of type {type(value).__name__}")
+
+    return {str(k): convert(str(k), v) for k, v in row.items()}
+
+
+def _samples(
+    where: str,
+    rows: Iterable[tuple[int, dict[str, Any]]],
+    unit: Literal["line", "row"],
+    tabular: bool = True,
+) -> list[Sample]:
+    """Samples from numbered rows: each needs a unique, non-empty string or integer `id`
+    (in a table, where every row has every column, an empty (null) id is a missing one)."""
+    samples: list[Sample] = []
+    first_of: dict[str, int] = {}
+    for number, obj in rows:
+        if "id" not in obj or (tabular and obj["id"] is None):
             raise InputError(where, number, "id", "missing")
         sample_id = obj["id"]
         if isinstance(sample_id, bool) or not isinstance(sample_id, str | int):
@@ -60,15 +158,51 @@ def load_dataset(path: Path, shown_as: str | None = None) -> Dataset:
         sample_id = str(sample_id)
         if not sample_id:
             raise InputError(where, number, "id", "must not be empty")
-        if sample_id in first_line_of:
+        if sample_id in first_of:
             raise InputError(
                 where,
                 number,
                 "id",
-                f"duplicate id {sample_id!r} (first on line {first_line_of[sample_id]})",
+                f"duplicate id {sample_id!r} (first on {unit} {first_of[sample_id]})",
             )
-        first_line_of[sample_id] = number
+        first_of[sample_id] = number
         samples.append(Sample(id=sample_id, fields=obj, line=number))
     if not samples:
         raise InputError(where, None, None, "dataset has no samples")
-    return Dataset(path=path, samples=samples, content_hash=sha256_hex(raw))
+    return samples
+
+
+def load_hf_dataset(ref: "DatasetRef") -> Dataset:
+    """A Hugging Face dataset at a fixed commit through `datasets.load_dataset` (the
+    `gradetrail[hf]` extra). Offline (HF_HUB_OFFLINE=1 or HF_DATASETS_OFFLINE=1, or no
+    network) `datasets` reads its local cache (HF_DATASETS_CACHE), which holds a Hub
+    dataset under `<owner>___<name>/<config>/<version>/<commit>/`; a cached copy of
+    another commit is refused, so a run reads exactly the revision the spec names."""
+    where = ref.label
+    try:
+        import datasets
+    except ImportError as exc:
+        raise InputError(
+            where, None, "dataset.hf", "needs the optional extra: pip install 'gradetrail[hf]'"
+        ) from exc
+    try:
+        loaded = datasets.load_dataset(ref.hf, ref.config, split=ref.split, revision=ref.revision)
+    except Exception as exc:  # datasets raises many types (network, cache, config, split)
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(where, None, None, f"cannot load dataset: {message}") from exc
+    files = [Path(f["filename"]) for f in getattr(loaded, "cache_files", [])]
+    if files and files[0].parent.name != ref.revision:
+        raise InputError(
+            where,
+            None,
+            "dataset.revision",
+            f"the local copy ({files[0].parent}) is of revision {files[0].parent.name}, "
+            f"not {ref.revision}",
+        )
+    rows = [
+        (number, _jsonable_row(where, number, dict(row)))
+        for number, row in enumerate(loaded, start=1)
+    ]
+    samples = _samples(where, rows, "row")
+    path = files[0].parent if files else Path(where)
+    return Dataset(path=path, samples=samples, content_hash=hash_json([r for _, r in rows]))

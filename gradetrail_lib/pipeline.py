@@ -13,7 +13,7 @@ from typing import Protocol
 
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.dataset import Dataset, Sample, load_dataset
+from gradetrail_lib.dataset import Dataset, Sample, load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.live_endpoints import live_requests
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
@@ -62,7 +62,7 @@ class EvalPlan:
 
     @property
     def dataset_label(self) -> str:
-        return self.loaded.spec.dataset.path
+        return self.loaded.spec.dataset.label
 
     @property
     def primary_scorer(self) -> str:
@@ -93,7 +93,7 @@ class EvalPlan:
 
 
 def load_spec_dataset(loaded: LoadedSpec) -> Dataset:
-    return load_dataset(loaded.resolve(loaded.spec.dataset.path), loaded.spec.dataset.path)
+    return load_dataset_ref(loaded.spec.dataset, loaded.base_dir)
 
 
 def build_scorers(loaded: LoadedSpec, model: ModelConfig) -> list[Scorer]:
@@ -140,7 +140,7 @@ def plan(
     repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
     dataset = dataset or load_spec_dataset(loaded)
-    label = loaded.spec.dataset.path
+    label = loaded.spec.dataset.label
     renderer = PromptRenderer(loaded.spec)
     spec = loaded.spec
     toolbox = Toolbox(spec.tools, loaded.base_dir) if spec.tools is not None else None
