@@ -46,7 +46,7 @@ def complete_run(
     history (`gradetrail_lib.history`)."""
     prices = prices or load_prices()
     timings = dict(timings or {"responses": responses.wall_s})
-    timings["total"] = sum(timings.values())
+    # write_run_dir adds the write and the total once the records are on disk.
     summary = summarize(scored.records, [(s.name, s.type) for s in plan.scorers])
     manifest = build_manifest(
         plan, responses, summary, prices, timings, started_at or datetime.now(UTC)
@@ -79,9 +79,11 @@ def run_model(
     looked_up: CacheLookup | None = None,
     progress: Progress | None = None,
     prices: PriceList | None = None,
+    before: dict[str, float] | None = None,
 ) -> CompletedRun:
     """One model of a spec: responses with the scorers' calls overlapping them, then the
-    records and the run directory."""
+    records and the run directory. `before` holds the seconds of the phases the caller
+    ran first (load, plan); the manifest's timings name every phase."""
     started_at = datetime.now(UTC)
     prices = prices or load_prices()
     scoring = Scoring(plan, cache, backend, read_cache=read_cache, prices=prices)
@@ -100,7 +102,13 @@ def run_model(
         raise
     scoring_started = time.perf_counter()
     scored = scoring.finish(responses)
-    timings = {"responses": responses.wall_s, "scoring": time.perf_counter() - scoring_started}
+    lookup_s = looked_up.wall_s if looked_up is not None else 0.0
+    timings = {
+        **(before or {}),
+        "cache_lookup": lookup_s,
+        "responses": responses.wall_s - lookup_s,  # its wall time counts the lookup
+        "scoring": time.perf_counter() - scoring_started,
+    }
     return complete_run(
         plan, responses, scored, results_root, started_at=started_at, prices=prices,
         timings=timings,

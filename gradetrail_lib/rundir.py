@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,8 +141,13 @@ def write_run_dir(results_root: Path, records: Iterable[TraceRecord], manifest: 
     target = results_root / name
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=results_root))
     try:
+        started = time.perf_counter()
         with RecordWriter(staging / RESULTS_FILE) as out:
             out.write_all(records)
+        # The manifest's phases add up to its total, the records' write included.
+        timings = manifest.timings_s
+        timings["write"] = time.perf_counter() - started
+        timings["total"] = sum(v for k, v in timings.items() if k != "total")
         (staging / MANIFEST_FILE).write_text(
             manifest.model_dump_json(indent=2) + "\n", encoding="utf-8"
         )

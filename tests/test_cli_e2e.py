@@ -343,3 +343,24 @@ def test_bad_flags_exit_2_before_any_call(
     assert done.returncode == 2
     assert message in done.stderr
     assert fake_server.calls == 0
+
+
+def test_wall_time_is_the_whole_commands_and_the_phases_add_up(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", 20)
+    spec = write_spec(tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    started = time.perf_counter()
+    done = run_cli("run", str(spec), "--cache", str(tmp_path / "c.duckdb"), cwd=tmp_path)
+    measured = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("Wall time: ")]
+    printed = float(line.removeprefix("Wall time: ").removesuffix("s"))
+    # Python's start-up included: what `time gradetrail run` says, within a few percent.
+    assert printed <= measured and printed >= 0.9 * measured - 0.05
+    (run_dir,) = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    timings = json.loads((run_dir / "manifest.json").read_text())["timings_s"]
+    phases = ["startup", "load", "plan", "cache_lookup", "responses", "scoring", "write"]
+    assert list(timings) == [*phases, "total"]
+    assert abs(sum(timings[p] for p in phases) - timings["total"]) < 1e-9
+    assert timings["total"] <= printed

@@ -11,15 +11,16 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradetrail_lib.backends import DEFAULT_MAX_CONCURRENCY, Backend, build_backend
 from gradetrail_lib.cache import ResponseCache, default_cache_path
+from gradetrail_lib.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.cost_plan import check_max_cost, estimate
 from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UsageError
-from gradetrail_lib.pipeline import CacheLookup, EvalPlan, look_up, plan
+from gradetrail_lib.pipeline import CacheLookup, EvalPlan, load_spec_dataset, look_up, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.run import resolve_model, run_model, spec_files, split_model
 from gradetrail_lib.spec import LoadedSpec, load_spec
@@ -120,9 +121,14 @@ def make_backend(args: argparse.Namespace) -> Backend:
 class SpecJob:
     loaded: LoadedSpec
     plans: list[EvalPlan]
+    # Seconds: loading the spec and its dataset (shared by its models), planning each.
+    load_s: float = 0.0
+    plan_s: list[float] = field(default_factory=list)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    # Python's start-up, the imports and the argument parsing, before any of this.
+    startup_s = since_start()
     out = sys.stdout
     folder = args.spec.is_dir()
     wanted = _models_flag(args)
@@ -166,7 +172,7 @@ def run_command(args: argparse.Namespace) -> int:
             if folder:
                 print(f"Spec: {job.loaded.spec.name} ({job.loaded.path})", file=out)
             try:
-                exits.append(_run_spec(job, looked, backend, cache, args))
+                exits.append(_run_spec(job, looked, backend, cache, args, startup_s))
             except RunAborted as exc:
                 if not folder:
                     raise
@@ -200,7 +206,10 @@ def _plan_spec(
 ) -> SpecJob | None:
     """The spec's plans, every input error raised; None when a folder's spec lacks
     `--model`."""
+    started = time.perf_counter()
     loaded = load_spec(path).with_repeats(args.repeats)
+    dataset = load_spec_dataset(loaded)
+    load_s = time.perf_counter() - started
     spec = loaded.spec
     if wanted:
         models = [resolve_model(spec, m, base_url=args.base_url) for m in wanted]
@@ -213,7 +222,12 @@ def _plan_spec(
             return None
     else:
         models = list(spec.models)
-    return SpecJob(loaded, [plan(loaded, m) for m in models])
+    plans, plan_s = [], []
+    for model in models:
+        started = time.perf_counter()
+        plans.append(plan(loaded, model, dataset))
+        plan_s.append(time.perf_counter() - started)
+    return SpecJob(loaded, plans, load_s, plan_s)
 
 
 def _as_input_errors(path: Path, exc: Exception) -> list[InputError]:
@@ -252,12 +266,13 @@ def _run_spec(
     backend: Backend,
     cache: ResponseCache,
     args: argparse.Namespace,
+    startup_s: float,
 ) -> int:
-    """Each model of one spec, a summary each; 0 when any scored a sample, else 1."""
+    """Each model of one spec, a summary each; 0 when any scored a sample, else 1. The
+    start-up and the spec's load are in each of its models' manifests."""
     out = sys.stdout
     any_scored = False
-    for eval_plan, looked_up in zip(job.plans, found, strict=True):
-        started = time.perf_counter()
+    for eval_plan, looked_up, plan_s in zip(job.plans, found, job.plan_s, strict=True):
         label = f"{job.loaded.spec.name}/{eval_plan.model.name}"
         done = run_model(
             eval_plan,
@@ -267,10 +282,12 @@ def _run_spec(
             read_cache=not args.no_cache,
             looked_up=looked_up,
             progress=ProgressBar(label),
+            before={"startup": startup_s, "load": job.load_s, "plan": plan_s},
         )
         any_scored = any_scored or done.summary.any_scored
         print(f"Run: {label} -> {done.run_dir}", file=out)
-        summary = format_summary(done.records, done.summary, time.perf_counter() - started)
+        # The whole command's, from the process's start to the last byte written.
+        summary = format_summary(done.records, done.summary, since_start())
         print(summary, file=out)
         for warning in done.manifest.warnings:
             print(f"Warning: {warning}", file=out)
