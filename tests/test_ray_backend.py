@@ -341,8 +341,20 @@ def test_cli_ray_starts_and_stops_its_own_cluster(
     text = spec.read_text()
     spec.write_text(text.replace("params:", second + "params:"))
 
+    # Ours only: other processes on the machine may start Ray clusters meanwhile, and
+    # the raylets of the command's cluster inherit its environment.
+    marker = f"GT_RAY_TEST={os.getpid()}-{time.monotonic_ns()}".encode()
+
     def raylets() -> set[int]:
-        return processes_named("raylet")
+        ours = set()
+        for pid in processes_named("raylet"):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker in environ:
+                ours.add(pid)
+        return ours
 
     before = raylets()
     seen: set[int] = set()
@@ -360,7 +372,7 @@ def test_cli_ray_starts_and_stops_its_own_cluster(
     try:
         done = run_cli(
             "run", str(spec), "--cache", str(tmp_path / "c.duckdb"), "--backend", "ray",
-            cwd=tmp_path,
+            cwd=tmp_path, env=dict([marker.decode().split("=", 1)]),
         )  # fmt: skip
     finally:
         watching.set()
