@@ -407,7 +407,7 @@ def test_dagster_responses_asset_runs_on_ray_by_resource_config(
         results_dir=str(tmp_path / "results"),
         backend="ray",
         workers=2,
-        concurrency=3,
+        concurrency="3",
         ray_address=address,
     )
     defs = build_definitions(specs, settings)
