@@ -192,3 +192,24 @@ def test_gate_fails_only_on_a_large_and_real_drop() -> None:
 
     better = gate(compare(*paired([(0.0, 1.0)] * 30)), 0.02)
     assert better.passed and "not worse than the baseline" in better.explanation
+
+
+def test_gate_passes_a_drop_exactly_at_the_threshold_and_fails_a_hair_more() -> None:
+    # 10 of 40 pairs drop from 1 to 0: a difference of exactly -0.25 in binary floats,
+    # with an interval well clear of zero, so only `drop > threshold` decides.
+    at = compare(*paired([(1.0, 1.0)] * 30 + [(1.0, 0.0)] * 10))
+    assert at.difference.value == -0.25
+    assert at.difference.interval is not None and at.difference.interval.high < 0
+    decision = gate(at, 0.25)
+    assert decision.passed, decision.explanation
+    assert decision.explanation.startswith("PASS:")
+    assert "not worse by more than the allowed 0.25" in decision.explanation
+
+    # A hair below the threshold (the same drop) and one more dropped pair both fail.
+    assert not gate(at, 0.25 - 1e-9).passed
+    more = compare(*paired([(1.0, 1.0)] * 29 + [(1.0, 0.0)] * 11))
+    assert more.difference.interval is not None and more.difference.interval.high < 0
+    failed = gate(more, 0.25)
+    assert not failed.passed
+    assert failed.explanation.startswith("FAIL:")
+    assert "exceeds the allowed 0.25 and the interval excludes zero" in failed.explanation
