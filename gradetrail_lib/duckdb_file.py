@@ -29,11 +29,15 @@ class DatabaseLocked(GradetrailError):
     """The file stayed locked by another process (or a connection of this one) too long."""
 
 
-def _is_lock_error(exc: Exception) -> bool:
-    # Another process: "Could not set lock on file". This process, through a plain
-    # duckdb.connect (e.g. Dagster's DuckDBResource): "Unique file handle conflict".
-    text = str(exc).lower()
-    return "lock" in text or "file handle conflict" in text
+def _is_lock_error(exc: duckdb.Error) -> bool:
+    # This process, through a plain duckdb.connect (e.g. Dagster's DuckDBResource):
+    # "Unique file handle conflict", DuckDB's ResourceInUseException. Another process:
+    # "Could not set lock on file", an IOException, DuckDB's type for every I/O failure
+    # (a missing folder, a file that is not a database) with no subclass for the lock,
+    # so only its message tells the lock apart.
+    if isinstance(exc, duckdb.ResourceInUseException):
+        return True
+    return isinstance(exc, duckdb.IOException) and "Could not set lock on file" in str(exc)
 
 
 class _Attachments:

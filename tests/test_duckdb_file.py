@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -127,3 +128,23 @@ def test_a_file_that_is_not_a_database_is_named_in_the_error(tmp_path: Path) -> 
     # A failed open leaves nothing attached: a good file still opens.
     with open_connection(tmp_path / "good.duckdb") as connection:
         assert connection.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_an_io_error_other_than_the_lock_fails_at_once(tmp_path: Path) -> None:
+    # A "lock" in the path is no lock: the error comes without waiting out wait_s.
+    folder = tmp_path / "blocks"
+    folder.mkdir()
+    path = folder / "lockfile.duckdb"
+    path.write_text("not a database, just text that is long enough to have a header\n" * 10)
+    started = time.monotonic()
+    with (
+        pytest.raises(GradetrailError, match=r"lockfile\.duckdb: cannot open the database"),
+        open_connection(path, wait_s=30),
+    ):
+        pass
+    with (
+        pytest.raises(GradetrailError, match=r"a\.duckdb: cannot open the database"),
+        open_connection(tmp_path / "no-such-folder" / "a.duckdb", wait_s=30),
+    ):
+        pass
+    assert time.monotonic() - started < 5
