@@ -32,6 +32,8 @@ class ModelCost:
     missing_usage: int = 0  # answered calls without token counts
     priced: bool = True
     known_usd: float = 0.0
+    # Of known_usd: what answers served from the cache had cost when first paid for.
+    reused_usd: float = 0.0
 
     @property
     def name(self) -> str:
@@ -41,6 +43,16 @@ class ModelCost:
     @property
     def cost_usd(self) -> float | None:
         return self.known_usd if self.priced and not self.missing_usage else None
+
+    @property
+    def paid_usd(self) -> float | None:
+        """What the runs' own calls cost (cache hits were paid for by an earlier run)."""
+        cost = self.cost_usd
+        return None if cost is None else cost - self.reused_usd
+
+    @property
+    def reused_usd_or_none(self) -> float | None:
+        return None if self.cost_usd is None else self.reused_usd
 
     def per(self, count: int) -> float | None:
         cost = self.cost_usd
@@ -61,6 +73,8 @@ class ModelCost:
             "missing_usage": self.missing_usage,
             "priced": self.priced,
             "cost_usd": self.cost_usd,
+            "paid_usd": self.paid_usd,
+            "reused_from_cache_usd": self.reused_usd_or_none,
             "cost_per_scored_usd": self.per(self.scored),
             "cost_per_passed_usd": self.per(self.passed),
         }
@@ -145,6 +159,8 @@ def reprice(
                 cost = prices.cost(call.provider, call.model, call.input_tokens, call.output_tokens)
                 if cost is not None:
                     billed.known_usd += cost
+                    if call.cache_hit:
+                        billed.reused_usd += cost
                 elif call.input_tokens is None or call.output_tokens is None:
                     billed.missing_usage += 1
     report.models = sorted(by_model.values(), key=lambda m: (m.role != "target", m.name))
@@ -174,6 +190,11 @@ def format_cost(report: CostReport) -> str:
             f"judges {usd(report.total_of('judge'))})"
         )
     lines.append(total)
+    for m in report.models:
+        lines.append(
+            f"  {m.name}: {usd(m.paid_usd)} paid by these runs; "
+            f"{usd(m.reused_usd_or_none)} reused from cache"
+        )
     for m in report.models:
         if m.role == "target":
             lines.append(f"  {m.name}: {m.scored} scored, {m.passed} passed of {m.samples} samples")
