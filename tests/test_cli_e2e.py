@@ -364,3 +364,31 @@ def test_wall_time_is_the_whole_commands_and_the_phases_add_up(
     assert list(timings) == [*phases, "total"]
     assert abs(sum(timings[p] for p in phases) - timings["total"]) < 1e-9
     assert timings["total"] <= printed
+
+
+def test_no_cache_against_a_warm_cache_calls_the_provider_again(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", N)
+    spec = write_spec(tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    cache = ["--cache", str(tmp_path / "cache.duckdb")]
+    cold = run_cli("run", str(spec), *cache, cwd=tmp_path)
+    assert cold.returncode == 0, cold.stderr
+    warm = run_cli("run", str(spec), *cache, cwd=tmp_path)
+    assert warm.returncode == 0, warm.stderr
+    assert f"Cache hits: {N}/{N}" in warm.stdout
+    assert fake_server.calls == N
+
+    # The cache holds every response, yet --no-cache sends every request again.
+    fresh = run_cli("run", str(spec), *cache, "--no-cache", cwd=tmp_path)
+    assert fresh.returncode == 0, fresh.stderr
+    assert fake_server.calls == 2 * N, "--no-cache must not read the cache"
+    assert f"Cache hits: 0/{N}" in fresh.stdout
+    rows = _rows(tmp_path / run_dir_of(fresh))
+    assert not any(call.cache_hit for r in rows for call in r.calls)
+
+    # Its responses were still stored: a normal run after it is free.
+    again = run_cli("run", str(spec), *cache, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert fake_server.calls == 2 * N
+    assert f"Cache hits: {N}/{N}" in again.stdout
