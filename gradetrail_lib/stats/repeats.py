@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gradetrail_lib.stats.clusters import CLUSTER, by_case, is_clustered
+from gradetrail_lib.stats.clusters import CLUSTER, by_case, is_clustered, repeated
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_interval
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.trace import TraceRecord
@@ -92,6 +92,9 @@ def pass_at_k_points(
 ) -> tuple[dict[int, float], dict[int, float]]:
     """pass@k and pass^k for k = 1..n (the most repeats of a case), each the mean over
     the cases with at least k repeats; both empty when no case has two records."""
+    records = list(records)
+    if not repeated(records):
+        return {}, {}
     cases = case_outcomes(records, scorer, threshold)
     n = max_trials(cases)
     if n < 2:
