@@ -201,3 +201,52 @@ def test_leaderboard_ranks_models_with_intervals_and_a_paired_verdict(
     assert (pair["verdict"], pair["winner"]) == ("A", "good")
     assert pair["high"] < 0
     assert pair["mcnemar_p"] < 0.001
+
+
+# What enters the requests, edited one at a time (the model: its provider, same name, so
+# the partition stays): each makes `responses` stale and costs a new call per sample.
+REQUEST_EDITS = {
+    "prompt": {"prompt": "Please.\n  Q: {{ a }} + {{ b }}"},
+    "params": {"params": "{temperature: 0, max_tokens: 32}"},
+    "model": {"provider": "anthropic", "extra_model": ", api_key_env: GT_TEST_KEY"},
+}
+
+
+@pytest.mark.parametrize("edit", list(REQUEST_EDITS))
+def test_a_prompt_params_or_model_edit_makes_responses_stale(
+    project: Path,
+    instance: dg.DagsterInstance,
+    fake_server: FakeLLMServer,
+    monkeypatch: pytest.MonkeyPatch,
+    edit: str,
+) -> None:
+    monkeypatch.setenv("GT_TEST_KEY", "sk-test-key")
+    instance.add_dynamic_partitions("add__models", [MODEL])
+    defs = defs_for(project)
+    assert materialize(defs, instance, project, ["dataset", "responses", "scores"]).success
+    assert fake_server.calls == N
+    assert stale_status(defs, instance, "responses") == StaleStatus.FRESH
+
+    spec = project / "specs" / "add.yaml"
+    changes = dict(REQUEST_EDITS[edit])
+    params = changes.pop("params", None)
+    write_spec(spec, base_url=f"{fake_server.base_url}/v1", **changes)
+    if params is not None:
+        text = spec.read_text()
+        assert "params: {temperature: 0, max_tokens: 16}" in text
+        spec.write_text(text.replace("{temperature: 0, max_tokens: 16}", params))
+    edited = defs_for(project)
+    assert stale_status(edited, instance, "dataset") == StaleStatus.FRESH
+    assert stale_status(edited, instance, "responses") == StaleStatus.STALE
+    resolver = CachingStaleStatusResolver(
+        instance,
+        asset_graph=edited.resolve_asset_graph(),
+        loading_context=LoadingContextForTest(instance),
+    )
+    causes = resolver.get_stale_causes(dg.AssetKey(["add", "responses"]), partition_key=MODEL)
+    assert [c.reason for c in causes] == ["has a new code version"]
+
+    # Every request is new: re-materializing sends each sample again, then it is fresh.
+    assert materialize(edited, instance, project, ["responses"]).success
+    assert fake_server.calls == 2 * N
+    assert stale_status(edited, instance, "responses") == StaleStatus.FRESH
