@@ -14,7 +14,7 @@ from dagster._core.definitions.data_version import CachingStaleStatusResolver, S
 from dagster._core.loader import LoadingContextForTest
 from dagster_duckdb import DuckDBResource
 
-from gradetrail_assets.checks import served_model_check
+from gradetrail_assets.checks import latest_data_version, served_model_check
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from gradetrail_assets.tables import STATS_COLUMNS, replace_partition
@@ -307,3 +307,42 @@ def test_a_table_an_older_gradetrail_wrote_is_rebuilt_with_the_new_columns(tmp_p
         columns = [r[0] for r in db.execute("DESCRIBE stats").fetchall()]
         assert columns == [name.strip('"') for name, _ in STATS_COLUMNS]
         assert db.execute("SELECT count(*) FROM stats").fetchone() == (0,)
+
+
+def scores_version(instance: dg.DagsterInstance) -> str | None:
+    return latest_data_version(instance, dg.AssetKey(["add", "scores"]), MODEL)
+
+
+def test_a_scorer_edit_that_changes_scores_or_reasons_changes_the_scores_data_version(
+    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    specs = write_project(tmp_path, f"{fake_server.base_url}/v1")
+    instance.add_dynamic_partitions("add__models", [MODEL])
+    defs = build_definitions(specs, settings(tmp_path))
+    materialize(defs, instance, tmp_path, ("dataset", "responses", "scores"))
+    first = scores_version(instance)
+    assert first is not None
+
+    # The same inputs scored again: the same data version (it is a content hash).
+    materialize(defs, instance, tmp_path, ("scores",))
+    assert scores_version(instance) == first
+
+    # Only the Python scorer's reasons change: the scores are the same, the version not.
+    scorer = specs / "scorers" / "x.py"
+    scorer.write_text(
+        "def has_answer(sample, response):\n"
+        "    return sample['answer'] in response, 'a new reason'\n"
+    )
+    reasoned = build_definitions(specs, settings(tmp_path))
+    meta = scores_metadata(materialize(reasoned, instance, tmp_path, ("scores",)))
+    assert meta["mean_score[py]"] == 1.0
+    second = scores_version(instance)
+    assert second not in (None, first)
+
+    # Now its scores change.
+    scorer.write_text("def has_answer(sample, response):\n    return False, 'a new reason'\n")
+    rescored = build_definitions(specs, settings(tmp_path))
+    meta = scores_metadata(materialize(rescored, instance, tmp_path, ("scores",)))
+    assert meta["mean_score[py]"] == 0.0
+    assert scores_version(instance) not in (None, first, second)
+    assert fake_server.calls == N

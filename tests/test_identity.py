@@ -8,6 +8,7 @@ import pytest
 from gradetrail_lib.dataset import load_dataset
 from gradetrail_lib.identity import (
     file_hashes,
+    records_fingerprint,
     requests_hash,
     run_identity,
     scorer_files,
@@ -15,6 +16,7 @@ from gradetrail_lib.identity import (
     spec_hash,
 )
 from gradetrail_lib.spec import LoadedSpec, load_spec
+from tests.support.traces import record
 
 SPEC = """\
 name: ident
@@ -218,3 +220,18 @@ def test_judge_files_and_python_sources_enter_the_scorer_hash_and_identity(
     assert len({first[0], second[0], third[0]}) == 3, "scorer hash"
     assert len({first[1], second[1], third[1]}) == 3, "identity"
     assert first[2] == second[2] == third[2], "the requests of the model under test stay"
+
+
+def test_records_fingerprint_covers_every_score_and_reason() -> None:
+    """The scores asset's data version: a scorer edit that changes a score or a reason
+    must change it, the same records give the same one."""
+
+    def fingerprint(score: float, reason: str) -> str:
+        return records_fingerprint(
+            [record("a", 1.0, reasons={"s": "ok"}), record("b", score, reasons={"s": reason})]
+        )
+
+    base = fingerprint(1.0, "ok")
+    assert fingerprint(1.0, "ok") == base
+    assert fingerprint(0.0, "ok") != base
+    assert fingerprint(1.0, "matched") != base
