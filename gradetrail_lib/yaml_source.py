@@ -74,6 +74,10 @@ def load_yaml(path: Path) -> YamlDocument:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(str(path), None, None, f"cannot read file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raw = path.read_bytes()
+        bad_line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(str(path), bad_line, None, "not valid UTF-8") from exc
     try:
         node = yaml.compose(text, Loader=_UniqueKeyLoader)
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
