@@ -30,6 +30,10 @@ class UsageError(GradetrailError):
     """A setting or flag that cannot work (exit status 2, like bad input)."""
 
 
+class UnknownModel(UsageError):
+    """A model name (e.g. `--model`) that the spec neither lists nor matches by `watch`."""
+
+
 class RunAborted(GradetrailError):
     """The run stopped early, e.g. after repeated identical fatal provider errors."""
 

@@ -181,7 +181,7 @@ def resolve_model(
     if not (slash and provider in PROVIDERS):
         if overridden:
             raise UsageError(f"model {wanted!r}: an endpoint is given for provider/name only")
-        return spec.model_named(wanted)  # a name its `watch` matches, or a KeyError
+        return spec.model_named(wanted)  # a name its `watch` matches, or UnknownModel
     model = parse_model(wanted, base_url=base_url, api_key_env=api_key_env)
     if model.provider == "anthropic" and spec.params.seed is not None:
         raise UsageError(f"model {wanted}: spec {spec.name!r} sets seed, which Anthropic lacks")

@@ -15,7 +15,7 @@ from pydantic import (
 )
 
 from gradetrail_lib.config import ModelConfig, Params, ProviderName, Strict, check_template
-from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.errors import InputError, InputErrors, UnknownModel
 from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
 from gradetrail_lib.scorers.registry import config_types
 from gradetrail_lib.tools import ToolConfig
@@ -210,7 +210,8 @@ class Spec(Strict):
         return params
 
     def model_named(self, name: str) -> ModelConfig:
-        """A model of the spec, or one its `watch` found (same provider settings)."""
+        """A model of the spec, or one its `watch` found (same provider settings);
+        `UnknownModel` otherwise."""
         for m in self.models:
             if m.name == name:
                 return m
@@ -222,7 +223,7 @@ class Spec(Strict):
                 api_key_env=self.watch.api_key_env,
             )
         known = ", ".join(m.name for m in self.models)
-        raise KeyError(f"spec {self.name!r} has no model {name!r} (models: {known})")
+        raise UnknownModel(f"spec {self.name!r} has no model {name!r} (models: {known})")
 
 
 class LoadedSpec(BaseModel):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.errors import InputError, InputErrors, UnknownModel
 from gradetrail_lib.scorers.json_schema import Config as JsonSchemaScorer
 from gradetrail_lib.scorers.numeric import Config as NumericScorer
 from gradetrail_lib.scorers.regex import Config as RegexScorer
@@ -92,7 +92,7 @@ def test_valid_spec_loads(tmp_path):
     assert loaded.base_dir == tmp_path
     assert loaded.resolve("data/x.jsonl") == (tmp_path / "data" / "x.jsonl").resolve()
     assert spec.model_named("qwen2.5-7b") is spec.models[1]
-    with pytest.raises(KeyError, match="no model 'nope'"):
+    with pytest.raises(UnknownModel, match="no model 'nope'"):
         spec.model_named("nope")
 
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from gradetrail_lib.commands.options import add_pass_threshold, confidence_level, positive_int
+from gradetrail_lib.errors import UsageError
 from gradetrail_lib.retrieval import DEFAULT_CITATION_PATTERN, DEFAULT_K, citation_pattern
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE
 
@@ -63,7 +64,10 @@ def retrieval_command(args: argparse.Namespace) -> int:
     runs = load_runs(args.runs)
     if args.support_scorer is not None:
         for run in runs:
-            run.manifest.scorer(args.support_scorer)  # KeyError (exit 2) when it has none
+            try:
+                run.manifest.scorer(args.support_scorer)
+            except KeyError as exc:
+                raise UsageError(f"--support-scorer: {exc.args[0]}") from exc
     results = []
     for label, run in zip(distinct_labels(runs), runs, strict=True):
         figures = retrieval_figures(

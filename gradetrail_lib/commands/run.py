@@ -19,7 +19,7 @@ from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.cost_plan import check_max_cost, estimate
-from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UsageError
+from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UnknownModel, UsageError
 from gradetrail_lib.pipeline import CacheLookup, EvalPlan, load_spec_dataset, look_up, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.run import resolve_model, run_model, spec_files, split_model
@@ -137,7 +137,7 @@ def run_command(args: argparse.Namespace) -> int:
     for path in spec_files(args.spec) if folder else [args.spec]:
         try:
             job = _plan_spec(path, args, wanted, folder)
-        except (InputError, InputErrors, UsageError, KeyError) as exc:
+        except (InputError, InputErrors, UsageError) as exc:
             if not folder:
                 raise
             errors += _as_input_errors(path, exc)
@@ -216,7 +216,7 @@ def _plan_spec(
     elif args.model:
         try:
             models = [spec.model_named(args.model)]
-        except KeyError:
+        except UnknownModel:
             if not folder:
                 raise
             return None
@@ -235,8 +235,7 @@ def _as_input_errors(path: Path, exc: Exception) -> list[InputError]:
         return exc.errors
     if isinstance(exc, InputError):
         return [exc]
-    message = exc.args[0] if isinstance(exc, KeyError) else str(exc)
-    return [InputError(str(path), None, None, str(message))]
+    return [InputError(str(path), None, None, str(exc))]
 
 
 def _check_folder(
