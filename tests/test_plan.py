@@ -150,3 +150,23 @@ def test_max_cost_refuses_over_the_worst_case_and_allows_under(
     allowed = _cli(tmp_path, "run", str(spec), "--max-cost", f"{worst * 2:.8f}")
     assert allowed.returncode == 0, allowed.stderr
     assert fake_server.calls == ALL - WARM
+
+
+def test_max_cost_with_no_cache_counts_every_sample_as_a_miss(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    spec = _setup(tmp_path, fake_server)
+    partly_warm = json.loads(_cli(tmp_path, "plan", str(spec)).stdout)["worst_case_usd"]
+    cold = _cli(tmp_path, "plan", str(spec), "--cache", str(tmp_path / "empty.duckdb"))
+    every_sample = json.loads(cold.stdout)["worst_case_usd"]
+    assert 0 < partly_warm < every_sample
+    limit = f"{(partly_warm + every_sample) / 2:.8f}"
+
+    # --no-cache sends every request, so its worst case is every sample's.
+    refused = _cli(tmp_path, "run", str(spec), "--no-cache", "--max-cost", limit)
+    assert refused.returncode == 2, refused.stdout
+    assert f"worst case is ${every_sample:.6f}" in refused.stderr
+    assert fake_server.calls == 0
+    allowed = _cli(tmp_path, "run", str(spec), "--max-cost", limit)
+    assert allowed.returncode == 0, allowed.stderr
+    assert fake_server.calls == ALL - WARM
