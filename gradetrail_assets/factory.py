@@ -10,15 +10,11 @@ never responses. The engine does the work; these functions only orchestrate and 
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import (
-    UnresolvedAssetJobDefinition,
-)
 from dagster_duckdb import DuckDBResource
 
 from gradetrail_assets.checks import check_specs, latest_data_version, score_checks
@@ -64,12 +60,25 @@ REPORT_VERSION = "report-3"  # 2: every scorer, a judge's calls apart; 3: agents
 PROPAGATE = dg.AutomationCondition.eager() | dg.AutomationCondition.code_version_changed()
 
 
-@dataclass(frozen=True)
 class SpecGraph:
-    spec: LoadedSpec
-    partitions: dg.DynamicPartitionsDefinition
-    assets: list[dg.AssetsDefinition]
-    job: UnresolvedAssetJobDefinition
+    """A spec's assets and its job, which materializes them for one model partition."""
+
+    def __init__(
+        self,
+        spec: LoadedSpec,
+        partitions: dg.DynamicPartitionsDefinition,
+        assets: list[dg.AssetsDefinition],
+    ) -> None:
+        self.spec = spec
+        self.partitions = partitions
+        self.assets = assets
+        # Built here so that mypy infers the job's type: Dagster does not export the name
+        # of what define_asset_job returns (UnresolvedAssetJobDefinition) publicly.
+        self.job = dg.define_asset_job(
+            job_name(spec.spec.name),
+            selection=dg.AssetSelection.groups(dagster_name(spec.spec.name)),
+            description=f"Evaluate spec {spec.spec.name} for one model partition.",
+        )
 
     def key(self, step: str) -> dg.AssetKey:
         return dg.AssetKey([dagster_name(self.spec.spec.name), step])
@@ -269,11 +278,4 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             metadata=leaderboard_metadata(board),
         )
 
-    job = dg.define_asset_job(
-        job_name(spec.name),
-        selection=dg.AssetSelection.groups(name),
-        description=f"Evaluate spec {spec.name} for one model partition.",
-    )
-    return SpecGraph(
-        loaded, partitions, [dataset, responses, scores, stats, report, leaderboard], job
-    )
+    return SpecGraph(loaded, partitions, [dataset, responses, scores, stats, report, leaderboard])
