@@ -2,12 +2,22 @@
 calls of the target and of the judges apart (tokens, cost paid and reused, cache hits)."""
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradetrail_lib.pricing import format_usd, sum_costs
+from gradetrail_lib.call_totals import call_totals
+from gradetrail_lib.pricing import format_usd
+from gradetrail_lib.stats.clusters import repeated
+from gradetrail_lib.stats.repeats import (
+    case_outcomes,
+    describe_at_k,
+    max_trials,
+    pass_at_k_points,
+    repeat_stats,
+)
+from gradetrail_lib.stats.run_stats import describe, scorer_estimates
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
-from gradetrail_lib.trace import OUTCOMES, CallTotals, Role, ScorerFigures, TraceRecord
+from gradetrail_lib.trace import OUTCOMES, CallTotals, ScorerFigures, TraceRecord
 
 
 @dataclass(frozen=True)
@@ -33,49 +43,9 @@ class RunSummary:
         return self.target.cache_hits
 
 
-def call_totals(
-    records: Iterable[TraceRecord], role: Role, scorer: str | None = None
-) -> CallTotals:
-    """Calls of one role (of one scorer's, when named). `calls` counts distinct requests
-    this run sent (samples that render alike share one); a cache hit's cost was paid by
-    an earlier run."""
-    sent: set[str] = set()
-    hits = errors = tokens_in = tokens_out = 0
-    costs: list[float | None] = []
-    paid: list[float | None] = []
-    for record in records:
-        for call in record.calls:
-            if call.role != role or (scorer is not None and call.scorer != scorer):
-                continue
-            if call.cache_hit:
-                hits += 1
-            else:
-                sent.add(call.request_key)
-            if call.error is not None:
-                errors += 1
-                continue
-            tokens_in += call.input_tokens or 0
-            tokens_out += call.output_tokens or 0
-            costs.append(call.cost_usd)
-            if not call.cache_hit:
-                paid.append(call.cost_usd)
-    return CallTotals(
-        calls=len(sent),
-        cache_hits=hits,
-        errors=errors,
-        input_tokens=tokens_in,
-        output_tokens=tokens_out,
-        cost_usd=sum_costs(costs),
-        cost_paid_usd=sum_costs(paid),
-    )
-
-
 def scorer_figures(
     records: Sequence[TraceRecord], name: str, kind: str, threshold: float = DEFAULT_THRESHOLD
 ) -> ScorerFigures:
-    # Here: stats imports this module. Pure arithmetic, no scipy.
-    from gradetrail_lib.stats.repeats import pass_at_k_points
-
     scores = [s for r in records if (s := r.score_of(name)) is not None]
     pass_at, pass_hat = pass_at_k_points(records, name, threshold)
     return ScorerFigures(
@@ -116,11 +86,6 @@ def format_cost(totals: CallTotals) -> str:
 def format_summary(records: Sequence[TraceRecord], summary: RunSummary, wall_s: float) -> str:
     """What `gradetrail run` prints: every scorer's mean and pass rate with interval and n;
     with repeats, then each scorer's pass@1, pass@n and pass^n over cases."""
-    # Here: stats imports this module.
-    from gradetrail_lib.stats.clusters import repeated
-    from gradetrail_lib.stats.repeats import case_outcomes, describe_at_k, max_trials, repeat_stats
-    from gradetrail_lib.stats.run_stats import describe, scorer_estimates
-
     counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
     lines = [f"Samples: {summary.samples} ({counts})"]
     # (Grouping 100,000 records into cases costs ~0.3 s: only when there are repeats.)

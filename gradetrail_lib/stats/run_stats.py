@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gradetrail_lib.call_totals import call_totals
 from gradetrail_lib.stats.clusters import (
     by_case,
     cluster_mean_estimate,
@@ -25,7 +26,6 @@ from gradetrail_lib.stats.clusters import (
 )
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
-from gradetrail_lib.summary import call_totals
 from gradetrail_lib.trace import OUTCOMES, TraceRecord
 
 LATENCY_PERCENTILES = (50, 90, 99)
