@@ -19,9 +19,8 @@ from collections.abc import Sequence
 import dagster as dg
 
 from gradetrail_assets.resources import GradetrailResource
-from gradetrail_lib.report import AGENT_STOPS
 from gradetrail_lib.summary import RunSummary
-from gradetrail_lib.trace import Manifest, TraceRecord
+from gradetrail_lib.trace import AGENT_STOPS, Manifest, TraceRecord
 
 # Where Dagster stores an asset materialization's data version (dagster._core's
 # DATA_VERSION_TAG, not exported at the top level).
@@ -127,7 +126,7 @@ def dataset_check(manifest: Manifest, dataset_version: str | None) -> dg.AssetCh
 
 def agent_stop_check(summary: RunSummary, settings: GradetrailResource) -> dg.AssetCheckResult:
     n = summary.samples
-    stopped = {mode: summary.failure_modes.get(mode, 0) for mode in AGENT_STOPS}
+    stopped: dict[str, int] = {mode: summary.failure_modes.get(mode, 0) for mode in AGENT_STOPS}
     rate = _rate(sum(stopped.values()), n)
     limit = settings.max_agent_stop_rate
     return dg.AssetCheckResult(

@@ -8,7 +8,7 @@ zeros included; an agent's modes only for a spec with tools).
 """
 
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import Any
 
 import dagster as dg
 
@@ -16,17 +16,23 @@ from gradetrail_lib.pipeline import Responses
 from gradetrail_lib.pricing import format_usd
 from gradetrail_lib.stats import RunStats, describe
 from gradetrail_lib.summary import RunSummary, format_cost
-from gradetrail_lib.trace import CallTotals, FailureMode, Manifest, TraceRecord
+from gradetrail_lib.trace import (
+    AGENT_FAILURE_MODES,
+    FAILURE_MODES,
+    CallTotals,
+    Manifest,
+    TraceRecord,
+)
 from gradetrail_lib.viewer.links import viewer_url
 
 FAILURES_SHOWN = 20
-AGENT_MODES: tuple[str, ...] = ("tool_error", "thrash", "budget_exhausted")
-FAILURE_MODES: tuple[str, ...] = get_args(FailureMode)
 
 
 def failure_modes(agent: bool) -> tuple[str, ...]:
     """The failure modes a run can have: an agent's only for a spec with tools."""
-    return FAILURE_MODES if agent else tuple(m for m in FAILURE_MODES if m not in AGENT_MODES)
+    if agent:
+        return FAILURE_MODES
+    return tuple(m for m in FAILURE_MODES if m not in AGENT_FAILURE_MODES)
 
 
 def failure_counts(counts: dict[str, int], agent: bool) -> dict[str, int]:

@@ -32,7 +32,7 @@ from gradetrail_lib.stats import (
 from gradetrail_lib.stats.repeats import RepeatStats, has_repeats, repeat_stats
 from gradetrail_lib.stats.run_stats import percent
 from gradetrail_lib.summary import format_cost
-from gradetrail_lib.trace import AgentStep, CallTotals, Manifest, TraceRecord
+from gradetrail_lib.trace import AGENT_STOPS, AgentStep, CallTotals, Manifest, TraceRecord
 from gradetrail_lib.viewer.svg import ForestRow, forest_plot
 
 REPORT_FILE = "report.html"
@@ -49,7 +49,6 @@ FAILURE_LABELS = {
     "budget_exhausted": "over the step budget",
 }
 # An agent stopped early has failed that way whatever its last words scored.
-AGENT_STOPS = ("thrash", "budget_exhausted")
 
 
 @dataclass(frozen=True)

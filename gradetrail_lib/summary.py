@@ -1,7 +1,6 @@
 """Run totals from the trace records: counts per outcome, each scorer's figures, and the
 calls of the target and of the judges apart (tokens, cost paid and reused, cache hits)."""
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,9 +14,14 @@ from gradetrail_lib.stats.repeats import (
     pass_at_k_points,
     repeat_stats,
 )
-from gradetrail_lib.stats.run_stats import describe, scorer_estimates
+from gradetrail_lib.stats.run_stats import (
+    describe,
+    failure_mode_counts,
+    outcome_counts,
+    scorer_estimates,
+)
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
-from gradetrail_lib.trace import OUTCOMES, CallTotals, ScorerFigures, TraceRecord
+from gradetrail_lib.trace import CallTotals, ScorerFigures, TraceRecord
 
 
 @dataclass(frozen=True)
@@ -62,13 +66,10 @@ def scorer_figures(
 
 def summarize(records: Sequence[TraceRecord], scorers: Sequence[tuple[str, str]]) -> RunSummary:
     """`scorers` are (name, type) pairs in spec order."""
-    outcomes = Counter(r.outcome for r in records)
     return RunSummary(
         samples=len(records),
-        outcomes={k: outcomes.get(k, 0) for k in OUTCOMES},
-        failure_modes=dict(
-            sorted(Counter(r.failure_mode for r in records if r.failure_mode).items())
-        ),
+        outcomes=outcome_counts(records),
+        failure_modes=failure_mode_counts(records),
         scorers={name: scorer_figures(records, name, kind) for name, kind in scorers},
         target=call_totals(records, "target"),
         judge=call_totals(records, "judge"),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 
@@ -42,6 +42,10 @@ FailureMode = Literal[
 ]
 ScoreErrorKind = Literal["scorer_error", "judge_error"]
 OUTCOMES: tuple[Outcome, ...] = ("scored", "provider_error", "scorer_error", "judge_error")
+FAILURE_MODES: tuple[FailureMode, ...] = get_args(FailureMode)
+# Failure modes only an agent (a spec with tools) has, and those that stop its case early.
+AGENT_FAILURE_MODES: tuple[FailureMode, ...] = ("tool_error", "thrash", "budget_exhausted")
+AGENT_STOPS: tuple[FailureMode, ...] = ("thrash", "budget_exhausted")
 
 _FORBID = ConfigDict(extra="forbid")
 _OLD_FORMAT = (

@@ -133,6 +133,17 @@ def scorer_estimates(
     )
 
 
+def outcome_counts(records: Sequence[TraceRecord]) -> dict[str, int]:
+    """Records per outcome, every outcome named (0 when none)."""
+    counted = Counter(r.outcome for r in records)
+    return {k: counted.get(k, 0) for k in OUTCOMES}
+
+
+def failure_mode_counts(records: Sequence[TraceRecord]) -> dict[str, int]:
+    """Records per failure mode, the modes that occur, by name."""
+    return dict(sorted(Counter(r.failure_mode for r in records if r.failure_mode).items()))
+
+
 def run_stats(
     records: Sequence[TraceRecord],
     scorer: str,
@@ -147,7 +158,6 @@ def run_stats(
         records, scorer, threshold=threshold, confidence=confidence, method=method,
         settings=settings,
     )  # fmt: skip
-    outcomes = Counter(r.outcome for r in records)
     target = call_totals(records, "target")
     # Per model call of the target: one a sample, or each step of an agent's case.
     latencies = [
@@ -159,10 +169,8 @@ def run_stats(
     return RunStats(
         scorer=scorer,
         samples=len(records),
-        outcomes={k: outcomes.get(k, 0) for k in OUTCOMES},
-        failure_modes=dict(
-            sorted(Counter(r.failure_mode for r in records if r.failure_mode).items())
-        ),
+        outcomes=outcome_counts(records),
+        failure_modes=failure_mode_counts(records),
         unscored=figures.unscored,
         truncated=sum(r.truncated for r in records),
         threshold=threshold,

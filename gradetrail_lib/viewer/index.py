@@ -29,29 +29,28 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, get_args
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 from pydantic_core import from_json
 
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.report import AGENT_STOPS
 from gradetrail_lib.stats import Estimate
 from gradetrail_lib.stats.clusters import cluster_proportion
 from gradetrail_lib.stats.intervals import proportion
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.trace import (
+    AGENT_STOPS,
+    FAILURE_MODES,
     OUTCOMES,
     SCHEMA_VERSION,
-    FailureMode,
     ScoreEntry,
     ScoreErrorKind,
     TraceRecord,
     parse_record,
 )
 
-FAILURE_MODES: tuple[FailureMode, ...] = get_args(FailureMode)
 ERROR_KINDS: tuple[ScoreErrorKind | None, ...] = (None, "scorer_error", "judge_error")
 NO_MODE = -1
 SEARCH_CACHE = 16

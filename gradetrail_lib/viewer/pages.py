@@ -34,10 +34,10 @@ from gradetrail_lib.stats import PairedComparison, check_comparable, compare, pa
 from gradetrail_lib.stats.intervals import Estimate, Interval
 from gradetrail_lib.stats.run_stats import percent
 from gradetrail_lib.summary import format_cost
-from gradetrail_lib.trace import OUTCOMES, Manifest, TraceRecord
+from gradetrail_lib.trace import FAILURE_MODES, OUTCOMES, Manifest, TraceRecord
 from gradetrail_lib.viewer import links
 from gradetrail_lib.viewer.catalog import Catalog, RunEntry, flags_of
-from gradetrail_lib.viewer.index import FAILURE_MODES, Query, RunIndex, sort_keys
+from gradetrail_lib.viewer.index import Query, RunIndex, sort_keys
 from gradetrail_lib.viewer.paths import NotFound
 from gradetrail_lib.viewer.svg import ForestRow, HistoryPoint, forest_plot, history_plot
 
