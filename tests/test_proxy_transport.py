@@ -6,9 +6,7 @@ a run's do, with the proxy variables set in the environment by each test.
 """
 
 import asyncio
-import shutil
 import ssl
-import subprocess
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
@@ -206,20 +204,9 @@ async def test_no_proxy_covering_the_host_goes_direct(
 
 
 async def test_https_proxy_tunnels_with_connect(
-    srv: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    srv: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, tls_files: tuple[Path, Path]
 ) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    cert, key = tls_files
     server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_context.load_cert_chain(cert, key)
 

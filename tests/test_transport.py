@@ -8,9 +8,7 @@ import asyncio
 import gzip
 import json
 import os
-import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -225,23 +223,6 @@ async def test_unsupported_scheme_is_refused() -> None:
     async with httpx.AsyncClient(transport=StreamTransport()) as client:
         with pytest.raises(httpx.UnsupportedProtocol):
             await client.get("ftp://127.0.0.1/x")
-
-
-@pytest.fixture
-def tls_files(tmp_path: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
 
 
 async def test_https_verifies_the_server_certificate(tls_files: tuple[Path, Path]) -> None:
