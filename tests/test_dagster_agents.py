@@ -11,14 +11,13 @@ from typing import Any
 import dagster as dg
 import duckdb
 import pytest
-from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
-from dagster._core.loader import LoadingContextForTest
 
 from gradetrail_assets.checks import CHECK_DESCRIPTIONS, check_specs
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from tests.support.agent_scripts import conversation
 from tests.support.fake_llm_server import FakeLLMServer
+from tests.support.staleness import StaleStatus, resolver_for
 from tests.test_agent import CITIES, agent, project
 
 MODEL, STEADY = "agent-1", "agent-2"
@@ -96,14 +95,6 @@ def metadata_of(result: dg.ExecuteInProcessResult, step: str) -> dict[str, Any]:
 
 def checks_of(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
     return {c.check_name: c for c in result.get_asset_check_evaluations()}
-
-
-def resolver_for(defs: dg.Definitions, instance: dg.DagsterInstance) -> CachingStaleStatusResolver:
-    return CachingStaleStatusResolver(
-        instance,
-        asset_graph=defs.resolve_asset_graph(),
-        loading_context=LoadingContextForTest(instance),
-    )
 
 
 def stale(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[str, StaleStatus]:

@@ -5,13 +5,12 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pytest
-from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
-from dagster._core.loader import LoadingContextForTest
 
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, default_responder
+from tests.support.staleness import StaleStatus, resolver_for
 
 N = 8
 MODEL = "fake-1"
@@ -55,12 +54,7 @@ def materialize(
 
 
 def stale_status(defs: dg.Definitions, instance: dg.DagsterInstance, step: str) -> StaleStatus:
-    resolver = CachingStaleStatusResolver(
-        instance,
-        asset_graph=defs.resolve_asset_graph(),
-        loading_context=LoadingContextForTest(instance),
-    )
-    return resolver.get_status(dg.AssetKey(["add", step]), partition_key=MODEL)
+    return resolver_for(defs, instance).get_status(dg.AssetKey(["add", step]), partition_key=MODEL)
 
 
 def test_definitions_load_and_a_broken_spec_does_not_take_the_others_down(
@@ -238,11 +232,7 @@ def test_a_prompt_params_or_model_edit_makes_responses_stale(
     edited = defs_for(project)
     assert stale_status(edited, instance, "dataset") == StaleStatus.FRESH
     assert stale_status(edited, instance, "responses") == StaleStatus.STALE
-    resolver = CachingStaleStatusResolver(
-        instance,
-        asset_graph=edited.resolve_asset_graph(),
-        loading_context=LoadingContextForTest(instance),
-    )
+    resolver = resolver_for(edited, instance)
     causes = resolver.get_stale_causes(dg.AssetKey(["add", "responses"]), partition_key=MODEL)
     assert [c.reason for c in causes] == ["has a new code version"]
 

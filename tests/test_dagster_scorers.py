@@ -10,8 +10,6 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import pytest
-from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
-from dagster._core.loader import LoadingContextForTest
 from dagster_duckdb import DuckDBResource
 
 from gradetrail_assets.checks import latest_data_version, served_model_check
@@ -20,6 +18,7 @@ from gradetrail_assets.resources import GradetrailResource, settings_from_enviro
 from gradetrail_assets.tables import STATS_COLUMNS, replace_partition
 from gradetrail_lib.runs import load_run
 from tests.support.fake_llm_server import FakeLLMServer, default_responder
+from tests.support.staleness import StaleStatus, resolver_for
 
 N = 8
 MODEL = "fake-1"
@@ -77,14 +76,6 @@ def materialize(
     )
     assert result.success
     return result
-
-
-def resolver_for(defs: dg.Definitions, instance: dg.DagsterInstance) -> CachingStaleStatusResolver:
-    return CachingStaleStatusResolver(
-        instance,
-        asset_graph=defs.resolve_asset_graph(),
-        loading_context=LoadingContextForTest(instance),
-    )
 
 
 def stale(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[str, StaleStatus]:
