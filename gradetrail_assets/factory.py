@@ -37,7 +37,6 @@ from gradetrail_assets.tables import (
 )
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.identity import (
-    records_fingerprint,
     responses_fingerprint,
     scorer_hash,
     spec_requests_hash,
@@ -192,7 +191,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             data_version=dg.DataVersion(
                 hash_json(
                     {
-                        "records": records_fingerprint(done.records),
+                        "records": done.history.fingerprint,  # computed once, for both
                         "identity": done.manifest.identity,
                     }
                 )

@@ -14,7 +14,7 @@ from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
-from gradetrail_lib.history import record_run
+from gradetrail_lib.history import HistoryEntry, record_run
 from gradetrail_lib.pipeline import CacheLookup, EvalPlan, Progress, Responses, fetch_responses
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.records import ScoredRun, Scoring
@@ -30,6 +30,8 @@ class CompletedRun:
     summary: RunSummary
     manifest: Manifest
     run_dir: Path
+    # The run's entry in the history, with the fingerprint of its records.
+    history: HistoryEntry
 
 
 def complete_run(
@@ -52,8 +54,8 @@ def complete_run(
         plan, responses, summary, prices, timings, started_at or datetime.now(UTC)
     )
     run_dir = write_run_dir(results_root, scored.records, manifest)
-    record_run(results_root, manifest, scored.records, run_dir)  # the run history
-    return CompletedRun(scored.records, summary, manifest, run_dir)
+    entry = record_run(results_root, manifest, scored.records, run_dir)  # the run history
+    return CompletedRun(scored.records, summary, manifest, run_dir, entry)
 
 
 def score(
