@@ -165,13 +165,7 @@ def run_agents(
     with writer_scope as writer:
 
         def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
-            result.calls += 1
-            if isinstance(outcome, ProviderError):
-                result.errors[request.key] = outcome
-                return
-            result.responses[request.key] = outcome
-            if writer is not None:
-                writer.put(request, outcome)
+            result.take(request, outcome, writer)
 
         active = cases
         while active:

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Protocol
 
 from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.cache import CacheWriter, ResponseCache
 from gradetrail_lib.dataset import Dataset, Sample, load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.live_endpoints import live_requests
@@ -215,6 +215,23 @@ class Responses:
     def outcome(self, key: str) -> ModelResponse | ProviderError | None:
         return self.responses.get(key) or self.errors.get(key)
 
+    def take(
+        self,
+        request: ModelRequest,
+        outcome: ModelResponse | ProviderError,
+        writer: CacheWriter | None,
+    ) -> bool:
+        """One call's outcome, a response stored in the cache as it arrives; whether it
+        was a response. Every sending step (target, agent, scorers' calls) records here."""
+        self.calls += 1
+        if isinstance(outcome, ProviderError):
+            self.errors[request.key] = outcome
+            return False
+        self.responses[request.key] = outcome
+        if writer is not None:
+            writer.put(request, outcome)
+        return True
+
 
 @dataclass(frozen=True)
 class CacheLookup:
@@ -276,15 +293,10 @@ def fetch_responses(
     with writer_scope as writer, live_requests(missing) as live:
 
         def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
-            result.calls += 1
-            if isinstance(outcome, ProviderError):
-                result.errors[request.key] = outcome
-            else:
-                result.responses[request.key] = outcome
-                if writer is not None:
-                    writer.put(request, outcome)
-                if listener is not None:
-                    listener.on_response(request.key, outcome, False)
+            answered = result.take(request, outcome, writer)
+            if answered and listener is not None:
+                assert isinstance(outcome, ModelResponse)
+                listener.on_response(request.key, outcome, False)
             if progress:
                 progress(len(result.responses) + len(result.errors), total)
             if writer is not None and result.calls == len(live):

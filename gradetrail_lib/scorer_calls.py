@@ -131,13 +131,7 @@ class CallStage:
     def _on_result(
         self, writer: CacheWriter | None, request: ModelRequest, outcome: Outcome
     ) -> None:
-        self.results.calls += 1
-        if isinstance(outcome, ProviderError):
-            self.results.errors[request.key] = outcome
-            return
-        self.results.responses[request.key] = outcome
-        if writer is not None:
-            writer.put(request, outcome)
+        self.results.take(request, outcome, writer)
 
     def _writer(self) -> Any:
         return self._writer_cache.writer() if self._writer_cache is not None else nullcontext(None)
