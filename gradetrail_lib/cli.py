@@ -1,8 +1,9 @@
 """The `gradetrail` command: parses arguments, dispatches, maps errors to exit codes.
 
-Exit codes: 0 success; 1 the run failed (nothing scored, aborted, a gate that fails);
-2 bad input (a spec, dataset, run directory or argument), named by file, line and
-field, or two runs that cannot be compared.
+Exit codes: 0 success; 1 the run failed (nothing scored, aborted, a gate that fails, a
+full disk or a spent quota: one line naming the file or folder, no traceback); 2 bad
+input (a spec, dataset, run directory or argument), named by file, line and field, or two
+runs that cannot be compared.
 """
 
 import argparse
@@ -29,6 +30,8 @@ from gradetrail_lib.errors import (
     NotComparable,
     RunAborted,
     UsageError,
+    disk_full,
+    disk_full_message,
 )
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
@@ -67,6 +70,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; the responses received so far are cached", file=sys.stderr)
         return 130
+    except Exception as exc:
+        # A full disk (ENOSPC, EDQUOT) anywhere, often as the context of the error that
+        # closing a half-written file raised: the environment failed, not the input. A run
+        # directory is staged and renamed into place, so the previous one is intact.
+        full = disk_full(exc)
+        if full is None:
+            raise
+        print(f"error: {disk_full_message(full, _destination(args))}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _destination(args: argparse.Namespace) -> object | None:
+    """Where the command writes (`run --results`, `report --output`), to name it when a
+    write to an open file fails without naming the file."""
+    return getattr(args, "results", None) or getattr(args, "output", None)
 
 
 def _tune_gc() -> None:

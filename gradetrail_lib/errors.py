@@ -1,5 +1,8 @@
 """Errors that point at the file, line and field a user has to fix."""
 
+import errno
+import os
+
 
 class GradetrailError(Exception):
     """Base class for errors reported to the user without a traceback."""
@@ -40,3 +43,38 @@ class RunAborted(GradetrailError):
 
 class NotComparable(GradetrailError):
     """Two result sets cannot be paired: different samples, scorer or dataset."""
+
+
+# A full device (ENOSPC) or a spent quota (EDQUOT): the user frees space, nothing to fix.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The OSError ENOSPC or EDQUOT that `exc` is, was raised from or while handling, or
+    groups (an ExceptionGroup's members); None when there is none. Writing a file raises
+    again when the file is closed, so the error that reaches the top is often the close's,
+    the write's in its context."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in DISK_FULL_ERRNOS:
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            pending += current.exceptions
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return None
+
+
+def disk_full_message(error: OSError, destination: object | None) -> str:
+    """One line: what (`no space left on device`, `disk quota exceeded`) and where: the
+    file when the error names one (opening it, renaming it), else `destination`, where
+    the command writes (a write to an open file names none)."""
+    what = os.strerror(error.errno or errno.ENOSPC)
+    what = what[:1].lower() + what[1:]
+    where = error.filename if error.filename is not None else destination
+    if where is None:
+        return f"{what}; free some space and run again"
+    return f"{what} writing to {where}; free some space there and run again"
