@@ -169,9 +169,17 @@ def append_entry(results_root: Path, entry: HistoryEntry) -> None:
     fd = os.open(history_path(results_root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        written = os.write(fd, line)
-        while written < len(line):  # a short write (a full disk, a signal): finish the line
-            written += os.write(fd, line[written:])
+        start = os.fstat(fd).st_size  # under the lock: where this line begins
+        try:
+            written = os.write(fd, line)
+            while written < len(line):  # a short write (a full disk, a signal): finish it
+                written += os.write(fd, line[written:])
+        except OSError:
+            # A full disk took part of the line (Linux writes what fits in the file's last
+            # page): cut it off, or every later entry would follow half a line and the
+            # history would no longer parse.
+            os.ftruncate(fd, start)
+            raise
     finally:
         os.close(fd)  # releases the lock
 
