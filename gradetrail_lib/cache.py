@@ -18,7 +18,6 @@ machine, while the requests of the next round waited.)
 """
 
 import json
-import os
 import queue
 import threading
 import time
@@ -32,6 +31,7 @@ from gradetrail_lib.duckdb_rows import Column, insert_rows
 from gradetrail_lib.errors import GradetrailError
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.settings import Settings
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -69,16 +69,14 @@ _HAS_KEY_CONSTRAINT = "SELECT bool_or(pk) FROM pragma_table_info('responses')"
 QUIET_S = 0.005
 MAX_DELAY_S = 0.1
 
-DEFAULT_DATABASE = Path(".gradetrail") / "gradetrail.duckdb"
-
 
 def default_cache_path() -> Path:
     """The one DuckDB file of the project: response cache (and, under Dagster, the tables).
 
-    GRADETRAIL_CACHE overrides it; the default is relative to the working directory.
+    GRADETRAIL_CACHE overrides it (`gradetrail_lib.settings`); the default is relative to
+    the working directory.
     """
-    env = os.environ.get("GRADETRAIL_CACHE")
-    return Path(env) if env else DEFAULT_DATABASE
+    return Settings.from_environment(only=("database",)).database
 
 
 class ResponseCache:

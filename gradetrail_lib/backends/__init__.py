@@ -2,9 +2,9 @@
 
 from gradetrail_lib.backends.base import Backend, ResultCallback
 from gradetrail_lib.errors import UsageError
+from gradetrail_lib.settings import DEFAULT_MAX_CONCURRENCY, DEFAULT_WORKERS
 
 BACKENDS = ("local", "ray")
-DEFAULT_MAX_CONCURRENCY = 64
 
 
 def parse_concurrency(text: str | int) -> int | str:
@@ -45,7 +45,7 @@ def build_backend(
             return LocalBackend(concurrency=max_concurrency, adaptive=True)
         return LocalBackend(concurrency=int(concurrency))
     if kind == "ray":
-        workers = 2 if workers is None else workers
+        workers = DEFAULT_WORKERS if workers is None else workers
         if workers < 1:
             raise UsageError("workers must be at least 1")
         # Imported here: ray itself (imported when a run starts) takes seconds, and
@@ -58,7 +58,6 @@ def build_backend(
 
 __all__ = [
     "BACKENDS",
-    "DEFAULT_MAX_CONCURRENCY",
     "Backend",
     "ResultCallback",
     "build_backend",

@@ -15,6 +15,7 @@ from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
 from gradetrail_lib.request import Endpoint, ModelRequest
+from gradetrail_lib.settings import DEFAULT_CONCURRENCY
 
 
 def endpoint_label(endpoint: Endpoint) -> str:
@@ -26,7 +27,7 @@ class LocalBackend:
 
     def __init__(
         self,
-        concurrency: int = 8,
+        concurrency: int = DEFAULT_CONCURRENCY,
         policy: RetryPolicy | None = None,
         *,
         adaptive: bool = False,

@@ -35,6 +35,7 @@ from gradetrail_lib.errors import GradetrailError, RunAborted
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
 from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.settings import DEFAULT_CONCURRENCY, DEFAULT_WORKERS
 
 log = logging.getLogger(__name__)
 
@@ -281,8 +282,8 @@ class RayBackend:
 
     def __init__(
         self,
-        workers: int = 2,
-        concurrency: int = 8,
+        workers: int = DEFAULT_WORKERS,
+        concurrency: int = DEFAULT_CONCURRENCY,
         address: str | None = None,
         policy: RetryPolicy | None = None,
         local_num_cpus: int = 2,

@@ -7,7 +7,6 @@ run directory, marked `(replaced)` or `(gone)` when it no longer holds that run.
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from gradetrail_lib.history import (
     read_history,
     select,
 )
+from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -29,9 +29,9 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "root",
         nargs="?",
         type=Path,
-        default=Path(os.environ.get("GRADETRAIL_RESULTS", "results")),
+        default=cli_settings().results,
         metavar="ROOT",
-        help="the results root (env GRADETRAIL_RESULTS; default ./results)",
+        help=f"the results root (env GRADETRAIL_RESULTS; default ./{DEFAULTS.results})",
     )
     parser.add_argument("--spec", default=None, help="only runs of this spec")
     parser.add_argument("--model", default=None, help="only runs of this model")

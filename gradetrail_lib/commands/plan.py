@@ -6,10 +6,11 @@ import json
 import sys
 from pathlib import Path
 
-from gradetrail_lib.cache import ResponseCache, default_cache_path
+from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.cost_plan import ModelPlan, estimate, format_plan, total_worst_case
 from gradetrail_lib.pipeline import look_up, plan
 from gradetrail_lib.pricing import format_usd, load_prices
+from gradetrail_lib.settings import DEFAULTS, cli_settings
 from gradetrail_lib.spec import load_spec
 
 EXIT_OK = 0
@@ -27,8 +28,8 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     parser.add_argument(
         "--cache",
         type=Path,
-        default=None,
-        help="response cache file (env GRADETRAIL_CACHE; default .gradetrail/gradetrail.duckdb)",
+        default=cli_settings().database,
+        help=f"response cache file (env GRADETRAIL_CACHE; default {DEFAULTS.database})",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=plan_command)
@@ -39,7 +40,7 @@ def plan_command(args: argparse.Namespace) -> int:
     spec = loaded.spec
     models = [spec.model_named(args.model)] if args.model else list(spec.models)
     plans = [plan(loaded, m) for m in models]
-    path = args.cache or default_cache_path()
+    path: Path = args.cache
     # A cache that does not exist yet is empty; opening it would create the file.
     cache = ResponseCache(path) if path.exists() else None
     prices = load_prices()

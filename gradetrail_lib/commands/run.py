@@ -8,14 +8,13 @@ the specs' (0 when a spec scored a sample, 1 when it scored none or aborted).
 """
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradetrail_lib.backends import DEFAULT_MAX_CONCURRENCY, Backend, build_backend
-from gradetrail_lib.cache import ResponseCache, default_cache_path
+from gradetrail_lib.backends import Backend, build_backend
+from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.cost_plan import check_max_cost, estimate
@@ -23,6 +22,7 @@ from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UnknownMo
 from gradetrail_lib.pipeline import CacheLookup, EvalPlan, load_spec_dataset, look_up, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.run import resolve_model, run_model, spec_files, split_model
+from gradetrail_lib.settings import DEFAULT_WORKERS, DEFAULTS, cli_settings
 from gradetrail_lib.spec import LoadedSpec, load_spec
 from gradetrail_lib.summary import format_summary
 
@@ -30,6 +30,7 @@ EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    settings = cli_settings()
     run = commands.add_parser("run", help="run an eval spec")
     run.add_argument(
         "spec", type=Path, metavar="SPEC", help="a spec file, or a folder: every spec in it"
@@ -55,25 +56,28 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     )
     run.add_argument(
         "--backend",
-        default=os.environ.get("GRADETRAIL_BACKEND", "local"),
+        default=settings.backend,
         help="where requests are sent from: local (this process) or ray "
-        "(env GRADETRAIL_BACKEND; default local)",
+        f"(env GRADETRAIL_BACKEND; default {DEFAULTS.backend})",
     )
     run.add_argument(
         "--concurrency",
-        default="8",
+        default=settings.concurrency,
         help="requests in flight (with --backend ray: per worker), or auto: found per "
         "endpoint, growing while answers are clean and halved on a 429 (local backend)",
     )
     run.add_argument(
         "--max-concurrency",
         type=int,
-        default=DEFAULT_MAX_CONCURRENCY,
+        default=settings.max_concurrency,
         help=f"with --concurrency auto: the most in flight per endpoint "
-        f"(default {DEFAULT_MAX_CONCURRENCY})",
+        f"(default {settings.max_concurrency})",
     )
     run.add_argument(
-        "--workers", type=int, default=None, help="Ray worker actors (--backend ray; default 2)"
+        "--workers",
+        type=int,
+        default=None,
+        help=f"Ray worker actors (--backend ray; default {DEFAULT_WORKERS})",
     )
     run.add_argument(
         "--ray-address",
@@ -83,14 +87,14 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     run.add_argument(
         "--results",
         type=Path,
-        default=Path(os.environ.get("GRADETRAIL_RESULTS", "results")),
-        help="where run directories go (env GRADETRAIL_RESULTS; default ./results)",
+        default=settings.results,
+        help=f"where run directories go (env GRADETRAIL_RESULTS; default ./{DEFAULTS.results})",
     )
     run.add_argument(
         "--cache",
         type=Path,
-        default=None,
-        help="response cache file (env GRADETRAIL_CACHE; default .gradetrail/gradetrail.duckdb)",
+        default=settings.database,
+        help=f"response cache file (env GRADETRAIL_CACHE; default {DEFAULTS.database})",
     )
     run.add_argument(
         "--no-cache",
@@ -148,7 +152,7 @@ def run_command(args: argparse.Namespace) -> int:
             jobs.append(job)
     _check_folder(jobs, errors, folder, args)
     backend = make_backend(args)
-    cache = ResponseCache(args.cache or default_cache_path())
+    cache = ResponseCache(args.cache)
     found = [[None if args.no_cache else look_up(p, cache) for p in job.plans] for job in jobs]
     if args.max_cost is not None:  # before any call
         scorer_cache = None if args.no_cache else cache

@@ -3,11 +3,11 @@
 
 import argparse
 import contextlib
-import os
 import sys
 from pathlib import Path
 
 from gradetrail_lib.errors import UsageError
+from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 EXIT_OK = 0
 DEFAULT_PORT = 8765
@@ -22,9 +22,10 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "root",
         type=Path,
         nargs="?",
-        default=Path(os.environ.get("GRADETRAIL_RESULTS", "results")),
+        default=cli_settings().results,
         metavar="RESULTS_ROOT",
-        help="where the run directories are (env GRADETRAIL_RESULTS; default ./results)",
+        help="where the run directories are "
+        f"(env GRADETRAIL_RESULTS; default ./{DEFAULTS.results})",
     )
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free one"

@@ -1,0 +1,87 @@
+"""The engine's settings, their defaults and the environment variables that set them, in
+one place: the CLI's options take their defaults from here and the Dagster resource
+(`gradetrail_assets.resources.GradetrailResource`) its fields.
+
+Which variables each reads is unchanged: the CLI honours `GRADETRAIL_CACHE`,
+`GRADETRAIL_RESULTS` and `GRADETRAIL_BACKEND` (its flags set the rest), Dagster every one.
+"""
+
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATABASE = Path(".gradetrail") / "gradetrail.duckdb"
+DEFAULT_CONCURRENCY = 8
+DEFAULT_MAX_CONCURRENCY = 64
+DEFAULT_WORKERS = 2
+
+
+@dataclass(frozen=True)
+class Settings:
+    # The one DuckDB file of the project: response cache (and, under Dagster, the
+    # tables); relative to the working directory.
+    database: Path = DEFAULT_DATABASE
+    # Where run directories go.
+    results: Path = Path("results")
+    # Where requests are sent from: "local" (this process) or "ray".
+    backend: str = "local"
+    # Requests in flight: a count, or "auto" (adaptive, up to max_concurrency).
+    concurrency: str = str(DEFAULT_CONCURRENCY)
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    # Ray worker actors (the ray backend only).
+    workers: int = DEFAULT_WORKERS
+    ray_address: str | None = None
+    # Dagster's asset checks: the most of the samples that may fail each way.
+    max_provider_error_rate: float = 0.05
+    max_truncation_rate: float = 0.10
+    # Per judge scorer: samples whose judge gave no usable grade, over the answered ones.
+    max_judge_error_rate: float = 0.05
+    # An agent's cases stopped early (thrash, over the step budget), over all samples.
+    max_agent_stop_rate: float = 0.10
+
+    @classmethod
+    def from_environment(
+        cls, env: Mapping[str, str] | None = None, only: Collection[str] | None = None
+    ) -> "Settings":
+        """The settings as the environment sets them, the defaults elsewhere; `only` the
+        named fields read from it (the others keep their defaults)."""
+        env = os.environ if env is None else env
+        read: dict[str, Any] = {}
+        for f in fields(cls):
+            if only is not None and f.name not in only:
+                continue
+            text = env.get(ENVIRONMENT[f.name])
+            if not text:  # unset, or set to nothing
+                continue
+            default = getattr(DEFAULTS, f.name)
+            read[f.name] = text if default is None else type(default)(text)
+        return replace(DEFAULTS, **read)
+
+
+# The variable of each setting.
+ENVIRONMENT = {
+    "database": "GRADETRAIL_CACHE",
+    "results": "GRADETRAIL_RESULTS",
+    "backend": "GRADETRAIL_BACKEND",
+    "concurrency": "GRADETRAIL_CONCURRENCY",
+    "max_concurrency": "GRADETRAIL_MAX_CONCURRENCY",
+    "workers": "GRADETRAIL_WORKERS",
+    "ray_address": "RAY_ADDRESS",
+    "max_provider_error_rate": "GRADETRAIL_MAX_PROVIDER_ERROR_RATE",
+    "max_truncation_rate": "GRADETRAIL_MAX_TRUNCATION_RATE",
+    "max_judge_error_rate": "GRADETRAIL_MAX_JUDGE_ERROR_RATE",
+    "max_agent_stop_rate": "GRADETRAIL_MAX_AGENT_STOP_RATE",
+}
+
+DEFAULTS = Settings()
+
+# What the CLI reads from the environment (its flags set the rest).
+CLI_ENVIRONMENT = ("database", "results", "backend")
+
+
+def cli_settings() -> Settings:
+    """The defaults of the CLI's options: `GRADETRAIL_CACHE`, `GRADETRAIL_RESULTS` and
+    `GRADETRAIL_BACKEND` read, the rest the defaults."""
+    return Settings.from_environment(only=CLI_ENVIRONMENT)

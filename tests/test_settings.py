@@ -1,0 +1,92 @@
+"""One settings object (`gradetrail_lib.settings`) for the CLI's defaults and the Dagster
+resource's: its defaults, the variables it reads, and the resource mirroring it."""
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from gradetrail_assets.resources import GradetrailResource, settings_from_environment
+from gradetrail_lib import cli
+from gradetrail_lib.settings import DEFAULTS, ENVIRONMENT, Settings, cli_settings
+
+
+def test_every_setting_has_a_variable() -> None:
+    assert set(ENVIRONMENT) == {f.name for f in fields(Settings)}
+
+
+def test_the_environment_sets_each_setting_with_its_type() -> None:
+    env = {
+        "GRADETRAIL_CACHE": "c.duckdb",
+        "GRADETRAIL_RESULTS": "out",
+        "GRADETRAIL_BACKEND": "ray",
+        "GRADETRAIL_CONCURRENCY": "auto",
+        "GRADETRAIL_MAX_CONCURRENCY": "32",
+        "GRADETRAIL_WORKERS": "3",
+        "RAY_ADDRESS": "ray://head:10001",
+        "GRADETRAIL_MAX_PROVIDER_ERROR_RATE": "0.2",
+        "GRADETRAIL_MAX_TRUNCATION_RATE": "0.3",
+        "GRADETRAIL_MAX_JUDGE_ERROR_RATE": "0.4",
+        "GRADETRAIL_MAX_AGENT_STOP_RATE": "0.5",
+    }
+    assert Settings.from_environment(env) == Settings(
+        database=Path("c.duckdb"),
+        results=Path("out"),
+        backend="ray",
+        concurrency="auto",
+        max_concurrency=32,
+        workers=3,
+        ray_address="ray://head:10001",
+        max_provider_error_rate=0.2,
+        max_truncation_rate=0.3,
+        max_judge_error_rate=0.4,
+        max_agent_stop_rate=0.5,
+    )
+    assert Settings.from_environment({}) == DEFAULTS
+    assert Settings.from_environment({"RAY_ADDRESS": "", "GRADETRAIL_CACHE": ""}) == DEFAULTS
+    only = Settings.from_environment(env, only=("results",))
+    assert only == Settings(results=Path("out"))
+
+
+def test_the_resource_has_every_setting_with_its_default() -> None:
+    resource = GradetrailResource.from_settings(DEFAULTS)
+    names = {f.name for f in fields(Settings)} - {"results"} | {"results_dir"}
+    assert set(GradetrailResource.model_fields) == names
+    for name, spec in GradetrailResource.model_fields.items():
+        if name != "database":  # GRADETRAIL_CACHE as the module was imported
+            assert spec.default == getattr(resource, name), name
+
+
+def test_dagster_reads_every_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRADETRAIL_CONCURRENCY", "auto")
+    monkeypatch.setenv("GRADETRAIL_WORKERS", "5")
+    monkeypatch.setenv("GRADETRAIL_RESULTS", "elsewhere")
+    resource = settings_from_environment()
+    assert (resource.concurrency, resource.workers, resource.results_dir) == (
+        "auto",
+        5,
+        "elsewhere",
+    )
+
+
+def test_the_cli_reads_cache_results_and_backend_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GRADETRAIL_CACHE", str(tmp_path / "c.duckdb"))
+    monkeypatch.setenv("GRADETRAIL_RESULTS", str(tmp_path / "out"))
+    monkeypatch.setenv("GRADETRAIL_BACKEND", "ray")
+    monkeypatch.setenv("GRADETRAIL_CONCURRENCY", "auto")  # Dagster's only
+    monkeypatch.setenv("GRADETRAIL_MAX_CONCURRENCY", "not a number")  # Dagster's only
+    assert cli_settings() == Settings(
+        database=tmp_path / "c.duckdb", results=tmp_path / "out", backend="ray"
+    )
+    args = cli.build_parser().parse_args(["run", "spec.yaml"])
+    assert (args.cache, args.results, args.backend) == (
+        tmp_path / "c.duckdb",
+        tmp_path / "out",
+        "ray",
+    )
+    assert (args.concurrency, args.max_concurrency, args.workers) == ("8", 64, None)
+    assert cli.build_parser().parse_args(["plan", "spec.yaml"]).cache == tmp_path / "c.duckdb"
+    assert cli.build_parser().parse_args(["list"]).root == tmp_path / "out"
+    assert cli.build_parser().parse_args(["view"]).root == tmp_path / "out"
