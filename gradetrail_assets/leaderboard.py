@@ -1,15 +1,14 @@
 """The leaderboard of a spec: models ranked by the primary scorer's pass rate, with the
 other scorers' figures beside it and paired verdicts (on the primary scorer) between them."""
 
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from gradetrail_lib.errors import InputError, NotComparable
+from gradetrail_lib.errors import InputError
+from gradetrail_lib.pairwise import Pairing, every_pair
 from gradetrail_lib.runs import Run, load_run
-from gradetrail_lib.stats import check_comparable, compare
 
 FIGURES = ("n", "passed", "pass_rate", "pass_low", "pass_high", "mean_score")
 
@@ -38,45 +37,36 @@ def build_leaderboard(stats_rows: list[dict[str, Any]], primary: str) -> dict[st
         models.append(entry)
     models.sort(key=lambda m: (m["pass_rate"] is None, -(m["pass_rate"] or 0.0), m["model"]))
 
-    runs: dict[str, Run] = {}
-    pairs: list[dict[str, Any]] = []
-    unreadable: dict[str, str] = {}
+    runs: list[tuple[str, Run | InputError]] = []
     for m in models:
         if "missing" in m:
             continue
         try:
-            runs[m["model"]] = load_run(Path(by_model[m["model"]][primary]["run_dir"]))
+            runs.append((m["model"], load_run(Path(by_model[m["model"]][primary]["run_dir"]))))
         except InputError as exc:
-            unreadable[m["model"]] = str(exc)
-    ranked = [m["model"] for m in models if "missing" not in m]
-    for a, b in combinations(ranked, 2):
-        if a in unreadable or b in unreadable:
-            which = a if a in unreadable else b
-            pairs.append({"a": a, "b": b, "refused": f"{which}: {unreadable[which]}"})
-            continue
-        try:
-            check_comparable(runs[a].manifest, runs[b].manifest, primary, labels=(a, b))
-            result = compare(runs[a].records, runs[b].records, primary, labels=(a, b))
-        except NotComparable as exc:
-            pairs.append({"a": a, "b": b, "refused": str(exc)})
-            continue
-        interval = result.difference.interval
-        pairs.append(
-            {
-                "a": a,
-                "b": b,
-                "scorer": primary,
-                "n": result.n,
-                "difference": result.difference.value,
-                "low": interval.low if interval else None,
-                "high": interval.high if interval else None,
-                "mcnemar_p": result.mcnemar_p,
-                "verdict": result.verdict,
-                "winner": {"A": a, "B": b}.get(result.verdict),
-            }
-        )
+            runs.append((m["model"], exc))
+    pairs = [_pair(p) for p in every_pair(runs, [primary])]
     others = sorted({name for m in models for name in m["others"]})
     return {"primary": primary, "scorers": [primary, *others], "models": models, "pairs": pairs}
+
+
+def _pair(pairing: Pairing) -> dict[str, Any]:
+    a, b, result = pairing.label_a, pairing.label_b, pairing.comparison
+    if result is None:
+        return {"a": a, "b": b, "refused": pairing.refused}
+    interval = result.difference.interval
+    return {
+        "a": a,
+        "b": b,
+        "scorer": pairing.scorer,
+        "n": result.n,
+        "difference": result.difference.value,
+        "low": interval.low if interval else None,
+        "high": interval.high if interval else None,
+        "mcnemar_p": result.mcnemar_p,
+        "verdict": result.verdict,
+        "winner": pairing.winner,
+    }
 
 
 def _fmt(value: float | None) -> str:

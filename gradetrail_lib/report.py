@@ -9,24 +9,21 @@ page's Content-Security-Policy forbids scripts and fetches as a second line of d
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
 from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.pairwise import Pairing, every_pair
 from gradetrail_lib.pricing import format_usd
 from gradetrail_lib.runs import Run, distinct_labels, load_runs
 from gradetrail_lib.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_THRESHOLD,
     BootstrapSettings,
-    PairedComparison,
     ProportionMethod,
     RunStats,
-    check_comparable,
-    compare,
     run_stats,
 )
 from gradetrail_lib.stats.repeats import RepeatStats, has_repeats, repeat_stats
@@ -127,15 +124,6 @@ class RunView:
     failures: list[FailedSample]
     # With repeats (a case with more than one record): every scorer's pass@k and pass^k.
     repeats: list[RepeatStats] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class PairView:
-    label_a: str
-    label_b: str
-    scorer: str
-    comparison: PairedComparison | None
-    refused: str | None
 
 
 def _messages(raw: Any) -> list[Message]:
@@ -353,7 +341,7 @@ def build_views(
     confidence: float = DEFAULT_CONFIDENCE,
     method: ProportionMethod = "wilson",
     settings: BootstrapSettings | None = None,
-) -> tuple[list[RunView], list[PairView]]:
+) -> tuple[list[RunView], list[Pairing]]:
     labels = distinct_labels(runs)
     options: dict[str, Any] = {
         "threshold": threshold, "confidence": confidence, "method": method, "settings": settings,
@@ -385,17 +373,7 @@ def build_views(
                 repeats,
             )
         )  # fmt: skip
-    pairs = []
-    for (i, a), (j, b) in combinations(enumerate(runs), 2):
-        names = (labels[i], labels[j])
-        for scorer in a.manifest.scorer_names:
-            try:
-                notes = check_comparable(a.manifest, b.manifest, scorer, labels=names)
-                result = compare(a.records, b.records, scorer, labels=names, notes=notes, **options)
-                pairs.append(PairView(*names, scorer, result, None))
-            except NotComparable as exc:
-                pairs.append(PairView(*names, scorer, None, str(exc)))
-    return views, pairs
+    return views, every_pair(list(zip(labels, runs, strict=True)), **options)
 
 
 def environment(*loaders: jinja2.BaseLoader) -> jinja2.Environment:
