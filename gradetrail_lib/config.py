@@ -75,11 +75,3 @@ class ModelConfig(Strict):
                 known = ", ".join(sorted(LOCAL_MODELS))
                 raise ValueError(f"unknown local model {self.name!r} (known: {known})")
         return self
-
-    def same_model(self, other: "ModelConfig") -> bool:
-        """The same model at the same endpoint (a judge must not grade itself)."""
-        return (self.provider, self.name, self.base_url) == (
-            other.provider,
-            other.name,
-            other.base_url,
-        )

@@ -41,8 +41,7 @@ if TYPE_CHECKING:
 else:
     AnyScorer = Annotated[Union[config_types()], Field(discriminator="type")]  # noqa: UP007
 
-# Kept under these names: older code and tests import them from here.
-_Strict = Strict
+# Kept under this name: the tests import it from here.
 ScorerConfig = AnyScorer
 
 

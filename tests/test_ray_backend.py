@@ -39,6 +39,7 @@ from gradetrail_lib.request import ModelRequest
 from tests.conftest import run_cli, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, Fault
 from tests.support.proc_sockets import processes_named, tree_sockets
+from tests.support.ray_workers import worker_handles
 from tests.support.requests import addition_requests
 
 pytestmark = pytest.mark.timeout(120)
@@ -134,7 +135,7 @@ def test_same_results_as_local_backend_bounded_window_on_loopback(
     def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
         outcomes.append((request, outcome))
         if not seen:  # mid-run, with requests in flight: who talks to whom
-            seen["handles"] = backend.worker_handles
+            seen["handles"] = worker_handles(backend)
             seen["sockets"] = tree_sockets()
 
     backend.run(requests, on_result)
@@ -147,7 +148,7 @@ def test_same_results_as_local_backend_bounded_window_on_loopback(
     # Bounded window: C plus a small queue per actor, never the whole list.
     assert 8 <= stats.max_in_flight <= 2 * (4 + 2)
     assert (stats.worker_deaths, stats.resubmitted) == (0, 0)
-    assert backend.worker_handles == []
+    assert worker_handles(backend) == []
     assert_dead(cluster, seen["handles"])  # the run's actors end with it
     assert cluster.is_initialized()  # and the connection it found stays open
 
@@ -172,7 +173,7 @@ def test_killed_worker_requests_are_sent_again_exactly_once(
     def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
         outcomes.append((request, outcome))
         if len(outcomes) == 5:  # mid-run: both actors hold requests
-            killed.append(backend.worker_handles[0])
+            killed.append(worker_handles(backend)[0])
             cluster.kill(killed[0])
             # Until it is dead no new call goes out: the driver learns of the death
             # from calls failing, those it held and those it is sent from now on.
@@ -199,7 +200,7 @@ def test_identical_fatal_errors_abort_through_ray(cluster: ModuleType, srv: Fake
     handles: list[Any] = []
 
     def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
-        handles.extend(h for h in backend.worker_handles if h not in handles)
+        handles.extend(h for h in worker_handles(backend) if h not in handles)
         outcomes.append((request, outcome))
 
     with pytest.raises(RunAborted, match="3 identical errors in a row: HTTP 401"):

@@ -21,13 +21,14 @@ from gradetrail_lib.report import render_report
 from gradetrail_lib.runs import load_run
 from gradetrail_lib.stats import compare, run_stats
 from gradetrail_lib.trace import RecordWriter, TraceRecord
-from gradetrail_lib.viewer.app import Background, check_loopback
+from gradetrail_lib.viewer.app import check_loopback
 from gradetrail_lib.viewer.index import IndexCache, Query
 from gradetrail_lib.viewer.links import sample_href, viewer_url
 from tests.conftest import REPO
 from tests.support.proc_sockets import tree_sockets
 from tests.support.traces import manifest, record
 from tests.support.viewer_runs import DIFFERS, MALICIOUS, SMALL, N, ViewerRuns, failing, make_runs
+from tests.support.viewer_server import Background
 
 ESCAPED = "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;"
 

@@ -323,11 +323,6 @@ class RayBackend:
             "address": self.address or "local",
         }
 
-    @property
-    def worker_handles(self) -> list[Any]:
-        """The live actors of the current run (for operators and tests)."""
-        return [slot.handle for slot in self._slots if slot.alive]
-
     def prepare(self) -> None:
         """Nothing: the sender came with this module, and Ray itself (seconds) is loaded by
         the first run that sends, where bench_ray reports it apart."""

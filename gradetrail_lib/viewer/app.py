@@ -8,10 +8,8 @@ framing; so a `<script>` in a model response would not run even if it were not e
 the viewer through a DNS name rebound to 127.0.0.1.
 """
 
-import asyncio
 import ipaddress
 import socket
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -174,29 +172,3 @@ def serve(root: Path, host: str, port: int, on_ready: Callable[[str], Any] | Non
     if on_ready is not None:
         on_ready(f"http://{shown}:{actual}/")
     server(create_app(root)).run(sockets=[sock])
-
-
-class Background:
-    """The viewer served from a thread (tests, benchmarks): `with Background(root) as url`."""
-
-    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.sock = bind(host, port)
-        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        self.server = server(create_app(root))
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        asyncio.run(self.server.serve(sockets=[self.sock]))
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        while not self.server.started:
-            if not self.thread.is_alive():
-                raise RuntimeError("the viewer did not start")
-            threading.Event().wait(0.01)
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()

@@ -1,0 +1,31 @@
+"""The viewer served from a thread for the tests: `with Background(root) as url`."""
+
+import asyncio
+import threading
+from pathlib import Path
+
+from gradetrail_lib.viewer.app import bind, create_app, server
+
+
+class Background:
+    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.sock = bind(host, port)
+        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
+        self.server = server(create_app(root))
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the viewer did not start")
+            threading.Event().wait(0.01)
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
