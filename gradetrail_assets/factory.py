@@ -8,9 +8,7 @@ version. A judge's calls are made by `scores`, so a judge edit re-materializes s
 never responses. The engine does the work; these functions only orchestrate and describe it.
 """
 
-import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +34,11 @@ from gradetrail_assets.tables import (
     stats_rows,
 )
 from gradetrail_lib.hashing import hash_json, sha256_hex
-from gradetrail_lib.identity import (
-    responses_fingerprint,
-    scorer_hash,
-    spec_requests_hash,
-)
-from gradetrail_lib.pipeline import EvalPlan, Responses, fetch_responses, load_spec_dataset, plan
+from gradetrail_lib.identity import scorer_hash, spec_requests_hash
+from gradetrail_lib.pipeline import RunPlan, load_spec_dataset, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.report import write_report
-from gradetrail_lib.run import complete_run, score
+from gradetrail_lib.run import FetchedRun, fetch_run, run_model
 from gradetrail_lib.runs import load_run
 from gradetrail_lib.spec import LoadedSpec
 from gradetrail_lib.stats import run_stats
@@ -83,7 +77,7 @@ class SpecGraph:
         return dg.AssetKey([dagster_name(self.spec.spec.name), step])
 
 
-def _plan_for(loaded: LoadedSpec, model_name: str) -> EvalPlan:
+def _plan_for(loaded: LoadedSpec, model_name: str) -> RunPlan:
     return plan(loaded, loaded.spec.model_named(model_name))
 
 
@@ -127,17 +121,19 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     )
     def responses(
         context: dg.AssetExecutionContext, gradetrail: GradetrailResource
-    ) -> dg.Output[Responses]:
+    ) -> dg.Output[FetchedRun]:
         eval_plan = _plan_for(loaded, context.partition_key)
-        fetched = fetch_responses(eval_plan, gradetrail.cache(), gradetrail.make_backend())
+        fetched = fetch_run(eval_plan, gradetrail.cache(), gradetrail.make_backend())
         context.log.info(
-            f"{len(fetched.cache_hits)} cache hits, {fetched.calls} provider calls, "
+            f"{fetched.cache_hits} cache hits, {fetched.calls} provider calls, "
             f"{len(fetched.errors)} errors"
         )
+        # What scores reads is in the cache, by request key: the output is the counts
+        # and the errors (which the cache does not keep), not the responses.
         return dg.Output(
             fetched,
-            data_version=dg.DataVersion(responses_fingerprint(fetched)),
-            metadata=responses_metadata(fetched, len(eval_plan.items)),
+            data_version=dg.DataVersion(fetched.fingerprint),
+            metadata=responses_metadata(fetched),
         )
 
     @dg.asset(
@@ -158,20 +154,16 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         context: dg.AssetExecutionContext,
         gradetrail: GradetrailResource,
         duckdb: DuckDBResource,
-        responses: Responses,
+        responses: FetchedRun,
     ) -> Iterator[dg.Output[str] | dg.AssetCheckResult]:
         partition = context.partition_key
         eval_plan = _plan_for(loaded, partition)
-        started_at = datetime.now(UTC)
-        prices = load_prices()
-        scoring_started = time.perf_counter()
-        scored = score(
-            eval_plan, responses, gradetrail.cache(), gradetrail.make_backend(), prices=prices
-        )
-        timings = {"responses": responses.wall_s, "scoring": time.perf_counter() - scoring_started}
-        done = complete_run(
-            eval_plan, responses, scored, gradetrail.results_root(),
-            started_at=started_at, prices=prices, timings=timings,
+        # The target's answers come from the cache (responses put them there); none is
+        # sent from here, and what responses could not get keeps its error.
+        done = run_model(
+            eval_plan, gradetrail.cache(), gradetrail.make_backend(), gradetrail.results_root(),
+            prices=load_prices(), before={"responses": responses.wall_s},
+            send_targets=False, known_errors=responses.errors, sent_before=responses.sent,
         )  # fmt: skip
         judge = done.summary.judge
         context.log.info(

@@ -12,8 +12,8 @@ from typing import Any
 
 import dagster as dg
 
-from gradetrail_lib.pipeline import Responses
 from gradetrail_lib.pricing import format_usd
+from gradetrail_lib.run import FetchedRun
 from gradetrail_lib.stats import RunStats, describe
 from gradetrail_lib.summary import RunSummary, format_cost
 from gradetrail_lib.trace import (
@@ -48,33 +48,19 @@ def _failure_metadata(counts: dict[str, int], agent: bool) -> dict[str, Any]:
     }
 
 
-def responses_metadata(responses: Responses, total: int) -> dict[str, Any]:
-    """`total`: the plan's requests; an agent's are its steps (each case's calls)."""
-    ok = list(responses.responses.values())
-    hits = len(responses.cache_hits)
-    agent: dict[str, Any] = {}
-    if responses.trajectories:
-        cases = list(responses.trajectories.values())
-        calls = [c for t in cases for c in t.calls]
-        total, hits = len(calls), sum(c.cache_hit for c in calls)
-        stopped = [t.stopped for t in cases]
-        agent = {
-            "cases": dg.MetadataValue.int(len(cases)),
-            "steps": dg.MetadataValue.int(sum(len(t.steps) for t in cases)),
-            "thrash": dg.MetadataValue.int(stopped.count("thrash")),
-            "budget_exhausted": dg.MetadataValue.int(stopped.count("budget_exhausted")),
-            "cases_with_tool_errors": dg.MetadataValue.int(sum(t.tool_error for t in cases)),
-        }
+def responses_metadata(fetched: FetchedRun) -> dict[str, Any]:
+    """The responses step's counts; an agent's requests are its steps (each case's calls)."""
+    agent = {name: dg.MetadataValue.int(value) for name, value in fetched.agent.items()}
     return {
-        "requests": dg.MetadataValue.int(total),
-        "cache_hits": dg.MetadataValue.int(hits),
-        "cache_misses": dg.MetadataValue.int(total - hits),
-        "provider_calls": dg.MetadataValue.int(responses.calls),
-        "provider_errors": dg.MetadataValue.int(len(responses.errors)),
-        "input_tokens": dg.MetadataValue.int(sum(r.input_tokens or 0 for r in ok)),
-        "output_tokens": dg.MetadataValue.int(sum(r.output_tokens or 0 for r in ok)),
-        "wall_s": dg.MetadataValue.float(round(responses.wall_s, 3)),
-        "execution": dg.MetadataValue.json(responses.execution),
+        "requests": dg.MetadataValue.int(fetched.requests),
+        "cache_hits": dg.MetadataValue.int(fetched.cache_hits),
+        "cache_misses": dg.MetadataValue.int(fetched.requests - fetched.cache_hits),
+        "provider_calls": dg.MetadataValue.int(fetched.calls),
+        "provider_errors": dg.MetadataValue.int(len(fetched.errors)),
+        "input_tokens": dg.MetadataValue.int(fetched.input_tokens),
+        "output_tokens": dg.MetadataValue.int(fetched.output_tokens),
+        "wall_s": dg.MetadataValue.float(round(fetched.wall_s, 3)),
+        "execution": dg.MetadataValue.json(fetched.execution),
         **agent,
     }
 

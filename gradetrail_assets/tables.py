@@ -11,11 +11,11 @@ from typing import Any
 import duckdb
 from dagster_duckdb import DuckDBResource
 
-from gradetrail_lib.call_totals import call_totals
 from gradetrail_lib.duckdb_rows import Column, insert_rows
 from gradetrail_lib.pricing import sum_costs
 from gradetrail_lib.runs import Run
 from gradetrail_lib.stats import RunStats
+from gradetrail_lib.totals import call_totals
 from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
 
 # `primary` is an SQL keyword: the name is quoted wherever it is written.

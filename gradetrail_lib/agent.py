@@ -135,7 +135,7 @@ async def _advance(
         return
     assert plan.builder is not None
     case.pending = plan.builder.build(
-        case.messages, case.item.sample, plan.dataset_label, case.item.repeat
+        case.messages, case.item.sample, plan.loaded.spec.dataset.label, case.item.repeat
     )
 
 

@@ -12,10 +12,12 @@ equal, is a new dataset); a Hugging Face dataset's is the sha256 of the canonica
 
 import datetime
 import decimal
+import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -29,7 +31,7 @@ Format = Literal["jsonl", "csv", "parquet"]
 _SUFFIXES: dict[str, Format] = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
 
-# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+# Not frozen, for speed: one per sample.
 @dataclass
 class Sample:
     id: str
@@ -39,12 +41,32 @@ class Sample:
 
 @dataclass(frozen=True)
 class Dataset:
+    """A dataset's samples, read afresh from its source each time they are iterated (a
+    JSONL file is never held whole: a run streams it). `validated()` reads them checking
+    every row and that the ids are unique; plain iteration trusts an earlier check."""
+
     path: Path
-    samples: list[Sample]
     content_hash: str
+    # The samples, in order; checked (ids unique, every row valid) when True.
+    read: Callable[[bool], Iterator[Sample]]
+
+    def __iter__(self) -> Iterator[Sample]:
+        return self.read(False)
+
+    def validated(self) -> Iterator[Sample]:
+        return self.read(True)
+
+    @cached_property
+    def samples(self) -> list[Sample]:
+        """Every sample, validated, in memory (small datasets; a run streams instead)."""
+        return list(self.validated())
 
     def __len__(self) -> int:
         return len(self.samples)
+
+
+def _listed(samples: list[Sample]) -> Callable[[bool], Iterator[Sample]]:
+    return lambda _check: iter(samples)
 
 
 def dataset_format(path: Path, given: Format | None = None) -> Format:
@@ -55,17 +77,26 @@ def dataset_format(path: Path, given: Format | None = None) -> Format:
 def load_dataset(path: Path, shown_as: str | None = None, format: Format | None = None) -> Dataset:
     """Load and validate a dataset file; `shown_as` is the path printed in errors."""
     where = shown_as or str(path)
+    kind = dataset_format(path, format)
+    if kind == "jsonl":
+        # Hashed now, read (and checked) as it is iterated: a run streams the file.
+        digest = _file_hash(where, path)
+        return Dataset(path, digest, lambda check: _jsonl_samples(where, path, check))
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
-    kind = dataset_format(path, format)
-    if kind == "jsonl":
-        samples = _samples(where, _jsonl_rows(where, raw), "line", tabular=False)
-    else:
-        unit: Literal["line", "row"] = "line" if kind == "csv" else "row"
-        samples = _samples(where, _duckdb_rows(where, path, kind), unit)
-    return Dataset(path=path, samples=samples, content_hash=sha256_hex(raw))
+    unit: Literal["line", "row"] = "line" if kind == "csv" else "row"
+    samples = _samples(where, _duckdb_rows(where, path, kind), unit)
+    return Dataset(path, sha256_hex(raw), _listed(samples))
+
+
+def _file_hash(where: str, path: Path) -> str:
+    try:
+        with open(path, "rb") as data:
+            return hashlib.file_digest(data, "sha256").hexdigest()
+    except OSError as exc:
+        raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
 
 
 def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
@@ -75,15 +106,29 @@ def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
     return load_hf_dataset(ref)
 
 
-def _jsonl_rows(where: str, raw: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+def _jsonl_samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
+    """A JSONL file's samples, line by line. Split on "\\n" only: str.splitlines() also
+    breaks on U+2028, \\x1c, \\x0c..., which JSON strings may hold raw, and would cut a
+    sample in two and shift every later line number."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(where, line, None, "not valid UTF-8") from exc
-    # Split on "\n" only: str.splitlines() also breaks on U+2028, \x1c, \x0c..., which JSON
-    # strings may hold raw, and would cut a sample in two and shift every later line number.
-    for number, text_line in enumerate(text.split("\n"), start=1):
+        data = open(path, "rb")  # noqa: SIM115 (closed below, also when abandoned)
+    except OSError as exc:
+        raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
+    def again() -> Iterator[tuple[int, dict[str, Any]]]:
+        with open(path, "rb") as lines:
+            yield from _jsonl_rows(where, lines)
+
+    with data:
+        rows = _jsonl_rows(where, data)
+        yield from _samples_of(where, rows, again, "line", check, tabular=False)
+
+
+def _jsonl_rows(where: str, lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text_line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(where, number, None, "not valid UTF-8") from exc
         if not text_line.strip():
             continue
         try:
@@ -145,10 +190,25 @@ def _samples(
     unit: Literal["line", "row"],
     tabular: bool = True,
 ) -> list[Sample]:
+    listed = list(rows)
+    return list(_samples_of(where, listed, lambda: listed, unit, True, tabular))
+
+
+def _samples_of(
+    where: str,
+    rows: Iterable[tuple[int, dict[str, Any]]],
+    again: Callable[[], Iterable[tuple[int, dict[str, Any]]]],
+    unit: Literal["line", "row"],
+    check: bool,
+    tabular: bool = True,
+) -> Iterator[Sample]:
     """Samples from numbered rows: each needs a unique, non-empty string or integer `id`
-    (in a table, where every row has every column, an empty (null) id is a missing one)."""
-    samples: list[Sample] = []
-    first_of: dict[str, int] = {}
+    (in a table, where every row has every column, an empty (null) id is a missing one).
+    Uniqueness is checked when `check` is set, through the ids' hashes (8 bytes an id,
+    not the ids); a hash seen twice is looked at again, so only true duplicates fail."""
+    seen: set[int] = set()
+    twice: set[int] = set()
+    count = 0
     for number, obj in rows:
         if "id" not in obj or (tabular and obj["id"] is None):
             raise InputError(where, number, "id", "missing")
@@ -158,6 +218,28 @@ def _samples(
         sample_id = str(sample_id)
         if not sample_id:
             raise InputError(where, number, "id", "must not be empty")
+        if check:
+            hashed = hash(sample_id)
+            if hashed in seen:
+                twice.add(hashed)
+            seen.add(hashed)
+        count += 1
+        yield Sample(id=sample_id, fields=obj, line=number)
+    if count == 0:
+        raise InputError(where, None, None, "dataset has no samples")
+    if twice:
+        _first_duplicate(where, again(), unit, twice)
+
+
+def _first_duplicate(
+    where: str, rows: Iterable[tuple[int, dict[str, Any]]], unit: str, hashes: set[int]
+) -> None:
+    """The first id that is truly repeated, among those whose hash was."""
+    first_of: dict[str, int] = {}
+    for number, obj in rows:
+        sample_id = str(obj["id"])
+        if hash(sample_id) not in hashes:
+            continue
         if sample_id in first_of:
             raise InputError(
                 where,
@@ -166,10 +248,6 @@ def _samples(
                 f"duplicate id {sample_id!r} (first on {unit} {first_of[sample_id]})",
             )
         first_of[sample_id] = number
-        samples.append(Sample(id=sample_id, fields=obj, line=number))
-    if not samples:
-        raise InputError(where, None, None, "dataset has no samples")
-    return samples
 
 
 def load_hf_dataset(ref: "DatasetRef") -> Dataset:
@@ -205,4 +283,4 @@ def load_hf_dataset(ref: "DatasetRef") -> Dataset:
     ]
     samples = _samples(where, rows, "row")
     path = files[0].parent if files else Path(where)
-    return Dataset(path=path, samples=samples, content_hash=hash_json([r for _, r in rows]))
+    return Dataset(path, hash_json([r for _, r in rows]), _listed(samples))

@@ -17,7 +17,7 @@ root does (a shell's `results/*` lists run directories only).
 
 import fcntl
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,10 +26,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gradetrail_lib.errors import InputError, UsageError
-from gradetrail_lib.identity import records_fingerprint
 from gradetrail_lib.rundir import MANIFEST_FILE
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
-from gradetrail_lib.trace import Manifest, TraceRecord, parse_manifest
+from gradetrail_lib.totals import Totalled, totals_of
+from gradetrail_lib.trace import Manifest, parse_manifest
 
 HISTORY_FILE = ".history.jsonl"
 HISTORY_VERSION = 1
@@ -105,7 +105,7 @@ def history_path(results_root: Path) -> Path:
 
 
 def pass_rate_of(
-    records: Sequence[TraceRecord],
+    records: Totalled,
     manifest: Manifest,
     threshold: float = DEFAULT_THRESHOLD,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -113,7 +113,7 @@ def pass_rate_of(
     """The primary scorer's pass rate as the run summary prints it (Wilson; resampling
     cases when a case has several records)."""
     # Here: the stats package is not needed to read the history.
-    from gradetrail_lib.stats.clusters import by_case, cluster_proportion
+    from gradetrail_lib.stats.clusters import cluster_proportion
     from gradetrail_lib.stats.intervals import proportion
 
     scorer = manifest.primary_scorer
@@ -122,10 +122,8 @@ def pass_rate_of(
         # The manifest's counts (passed at the default threshold over every record).
         estimate = proportion(figures.passed, figures.n, confidence)
     else:
-        estimate = cluster_proportion(
-            [[r.passes(scorer, threshold) for r in case] for case in by_case(records)],
-            confidence,
-        )
+        cases = totals_of(records, [scorer]).case_passes(scorer, threshold)
+        estimate = cluster_proportion(cases, confidence)
     interval = estimate.interval
     return PassRate(
         value=estimate.value,
@@ -140,7 +138,10 @@ def pass_rate_of(
     )
 
 
-def entry_for(manifest: Manifest, records: Sequence[TraceRecord], run_dir: Path) -> HistoryEntry:
+def entry_for(
+    manifest: Manifest, records: Totalled, run_dir: Path, fingerprint: str
+) -> HistoryEntry:
+    """`fingerprint` is `identity.records_fingerprint` of the run's records."""
     primary = manifest.primary_scorer
     figures = manifest.scores.get(primary)
     return HistoryEntry(
@@ -158,7 +159,7 @@ def entry_for(manifest: Manifest, records: Sequence[TraceRecord], run_dir: Path)
         mean_score=figures.mean if figures else None,
         samples=manifest.samples,
         cost_usd=manifest.target.cost_usd,
-        fingerprint=records_fingerprint(records),
+        fingerprint=fingerprint,
     )
 
 
@@ -185,10 +186,10 @@ def append_entry(results_root: Path, entry: HistoryEntry) -> None:
 
 
 def record_run(
-    results_root: Path, manifest: Manifest, records: Sequence[TraceRecord], run_dir: Path
+    results_root: Path, manifest: Manifest, records: Totalled, run_dir: Path, fingerprint: str
 ) -> HistoryEntry:
     """Adds a completed run (its directory already in place) to the history."""
-    entry = entry_for(manifest, records, run_dir)
+    entry = entry_for(manifest, records, run_dir, fingerprint)
     append_entry(results_root, entry)
     return entry
 

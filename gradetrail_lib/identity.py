@@ -106,10 +106,10 @@ def spec_requests_hash(loaded: LoadedSpec) -> str:
     return hash_json(sorted(requests_hash(loaded, m) for m in loaded.spec.models))
 
 
-def responses_fingerprint(responses: "Responses") -> str:
-    """A content hash of a responses step's output (its data version): every answer with
-    its tool calls, every error, and an agent's tool results (the last step's go into no
-    later key)."""
+def batch_fingerprint(responses: "Responses") -> str:
+    """A content hash of a batch of a responses step's output (the step's data version
+    hashes its batches'): every answer with its tool calls, every error, and an agent's
+    tool results (the last step's go into no later key)."""
     return hash_json(
         {
             "ok": sorted(
@@ -136,11 +136,24 @@ def responses_fingerprint(responses: "Responses") -> str:
     )
 
 
-def records_fingerprint(records: "Iterable[TraceRecord]") -> str:
-    """A content hash of scored records (the scores step's data version)."""
-    digest = hashlib.sha256()
-    for r in records:
+class RecordsFingerprint:
+    """A content hash of scored records (the scores step's data version), taken one
+    record at a time as a run writes them."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+
+    def add(self, r: "TraceRecord") -> None:
         scores = sorted((k, v.score, v.reason, v.error) for k, v in r.scores.items())
         keys = [c.request_key for c in r.calls]
-        digest.update(canonical_json([r.id, r.repeat, keys, scores, r.outcome]).encode())
-    return digest.hexdigest()
+        self._digest.update(canonical_json([r.id, r.repeat, keys, scores, r.outcome]).encode())
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def records_fingerprint(records: "Iterable[TraceRecord]") -> str:
+    fingerprint = RecordsFingerprint()
+    for record in records:
+        fingerprint.add(record)
+    return fingerprint.hexdigest()

@@ -1,14 +1,17 @@
 """The pipeline, step by step: plan → responses → records. The CLI and Dagster share it.
 
 Each step is a function of the previous one's output, so Dagster assets can call them
-one per asset while `gradetrail run` calls them in a row.
+one per asset while `gradetrail run` calls them in a row. A run goes through its samples
+in batches (`RunPlan.batches`): each batch is planned, looked up, sent, scored and
+written before the next is read, so a run's memory does not grow with its size.
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import islice
 from typing import Protocol
 
 from gradetrail_lib.backends.base import Backend
@@ -27,6 +30,10 @@ from gradetrail_lib.trace import AgentStep, FailureMode
 
 # Reported after each finished request: (done, total).
 Progress = Callable[[int, int], None]
+# Samples a batch: its requests, responses and records are what a run holds at once.
+BATCH_SAMPLES = 8192
+
+
 class ResponseListener(Protocol):
     """Sees each target response as soon as it is known: the cached ones at once, each
     new one as it arrives (called from the sending thread); an agent's case when it ends."""
@@ -48,9 +55,9 @@ class PlannedSample:
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """Everything decided before any call: rendered requests, keys and checked scorers.
-    An agent's plan (a spec with tools) holds its first requests, its tools and the
-    builder of the requests that follow."""
+    """One batch of a run's items, their requests rendered and keyed, with the run's
+    checked scorers. An agent's plan (a spec with tools) holds its first requests, its
+    tools and the builder of the requests that follow."""
 
     loaded: LoadedSpec
     dataset: Dataset
@@ -59,10 +66,6 @@ class EvalPlan:
     scorers: list[Scorer]
     builder: RequestBuilder | None = None
     toolbox: Toolbox | None = None
-
-    @property
-    def dataset_label(self) -> str:
-        return self.loaded.spec.dataset.label
 
     @property
     def primary_scorer(self) -> str:
@@ -128,14 +131,65 @@ def build_scorers(loaded: LoadedSpec, model: ModelConfig) -> list[Scorer]:
     return scorers
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's plan, every sample checked (its prompt renders, its scorers can score it)
+    before any call; its requests are rendered batch by batch as the run reaches them."""
+
+    loaded: LoadedSpec
+    dataset: Dataset
+    model: ModelConfig
+    scorers: list[Scorer]
+    renderer: PromptRenderer
+    builder: RequestBuilder
+    toolbox: Toolbox | None
+    repeats: int
+    samples: int
+
+    @property
+    def item_count(self) -> int:
+        return self.samples * self.repeats
+
+    @property
+    def primary_scorer(self) -> str:
+        return self.scorers[0].name
+
+    @property
+    def scorer_names(self) -> list[str]:
+        return [s.name for s in self.scorers]
+
+    def batches(self, size: int = BATCH_SAMPLES) -> Iterator[EvalPlan]:
+        """The items, `size` samples (with their repeats) at a time, in order."""
+        samples = iter(self.dataset)
+        while chunk := list(islice(samples, size)):
+            yield self.batch(chunk)
+
+    def batch(self, samples: list[Sample]) -> EvalPlan:
+        label = self.loaded.spec.dataset.label
+        items: list[PlannedSample] = []
+        for sample in samples:
+            messages = self.renderer.messages(sample, label)
+            items.append(PlannedSample(sample, self.builder.build(messages, sample, label)))
+            for repeat in range(1, self.repeats):
+                again = self.builder.build(messages, sample, label, repeat)
+                items.append(PlannedSample(sample, again, repeat))
+        return EvalPlan(
+            self.loaded, self.dataset, self.model, items, self.scorers, self.builder, self.toolbox
+        )
+
+    def whole(self) -> EvalPlan:
+        """Every item in one batch (a cost estimate, or a run small enough to hold)."""
+        return self.batch(list(self.dataset))
+
+
 def plan(
     loaded: LoadedSpec,
     model: ModelConfig,
     dataset: Dataset | None = None,
     *,
     repeats: int | None = None,
-) -> EvalPlan:
-    """Render every request and check every sample can be scored; raises InputError(s).
+) -> RunPlan:
+    """Check that every sample renders and can be scored; raises InputError(s).
     `repeats` (default: the spec's) makes each sample that many items, repeat by repeat."""
     repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
@@ -150,25 +204,22 @@ def plan(
         tools=toolbox.definitions() if toolbox is not None else None,
         tool_choice=spec.tool_choice,
     )
-    items: list[PlannedSample] = []
     errors: list[InputError] = []
-    for sample in dataset.samples:
+    count = 0
+    for sample in dataset.validated():
         try:
             messages = renderer.messages(sample, label)
-            request = builder.build(messages, sample, label)
+            builder.check(sample, label)
             for scorer in scorers:
                 scorer.check(sample, messages, label)
             check_retrieval_fields(sample, label)
         except InputError as exc:
             errors.append(exc)
             continue
-        items.append(PlannedSample(sample, request))
-        for repeat in range(1, repeats):
-            again = builder.build(messages, sample, label, repeat)
-            items.append(PlannedSample(sample, again, repeat))
+        count += 1
     if errors:
         raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
-    return EvalPlan(loaded, dataset, model, items, scorers, builder, toolbox)
+    return RunPlan(loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, count)
 
 
 @dataclass

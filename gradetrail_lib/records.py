@@ -7,7 +7,7 @@ arrive, so judging overlaps with sending) and by the Dagster scores asset (fed t
 responses asset's output at once)."""
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +51,12 @@ class Scoring:
         *,
         read_cache: bool = True,
         prices: PriceList | None = None,
+        sent_before: Set[str] = frozenset(),
     ) -> None:
+        """`sent_before`: target keys an earlier step of this run sent (Dagster's
+        responses), found in the cache now but paid by this run."""
         self.plan = plan
+        self._sent_before = sent_before
         self.prices = prices or load_prices()
         self._records: list[TraceRecord | None] = [None] * len(plan.items)
         # Per item, per scorer: the requests it named when its response came.
@@ -192,6 +196,8 @@ class Scoring:
         cache_hit: bool,
     ) -> ModelCall:
         """A call as the record keeps it; priced as the model it was asked of."""
+        if role == "target" and cache_hit and request.key in self._sent_before:
+            cache_hit = False
         return ModelCall(
             role=role,
             request_key=request.key,

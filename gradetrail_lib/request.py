@@ -188,6 +188,21 @@ class RequestBuilder:
             )  # fmt: skip
         return keyer
 
+    def check(self, sample: "Sample", dataset_path: str) -> None:
+        """Raises the InputError `build` would for this sample (a scripted model's
+        answer_field missing from it)."""
+        field = self.model.answer_field
+        if self.model.provider == "scripted" and field is not None and field not in sample.fields:
+            from gradetrail_lib.errors import InputError
+
+            raise InputError(
+                dataset_path,
+                sample.line,
+                field,
+                f"sample {sample.id!r} has no field {field!r} "
+                f"(the answer_field of scripted model {self.model.name!r})",
+            )
+
     def build(
         self, messages: list[Message], sample: "Sample", dataset_path: str, repeat: int = 0
     ) -> ModelRequest:
@@ -197,20 +212,11 @@ class RequestBuilder:
                 self._key_of(repeat)(messages), self.endpoint, messages, self.params,
                 tools=self.tools, tool_choice=self.tool_choice,
             )  # fmt: skip
+        self.check(sample, dataset_path)
         if model.text is not None:
             answer = model.text
         else:
             assert model.answer_field is not None
-            if model.answer_field not in sample.fields:
-                from gradetrail_lib.errors import InputError
-
-                raise InputError(
-                    dataset_path,
-                    sample.line,
-                    model.answer_field,
-                    f"sample {sample.id!r} has no field {model.answer_field!r} "
-                    f"(the answer_field of scripted model {model.name!r})",
-                )
             answer = str(sample.fields[model.answer_field])
         params = {**self.params, "scripted_answer": answer}
         key = request_key(

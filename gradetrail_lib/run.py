@@ -2,119 +2,254 @@
 The CLI, `run_spec` and the Dagster assets share it."""
 
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence, Set
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.backends.base import Backend, ResultCallback
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
 from gradetrail_lib.history import HistoryEntry, record_run
-from gradetrail_lib.pipeline import CacheLookup, EvalPlan, Progress, Responses, fetch_responses
+from gradetrail_lib.identity import batch_fingerprint
+from gradetrail_lib.pipeline import EvalPlan, Progress, Responses, RunPlan, fetch_responses, look_up
 from gradetrail_lib.pricing import PriceList, load_prices
-from gradetrail_lib.records import ScoredRun, Scoring
-from gradetrail_lib.rundir import build_manifest, write_run_dir
+from gradetrail_lib.providers.base import ProviderError
+from gradetrail_lib.records import Scoring
+from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.rundir import RESULTS_FILE, RunDirWriter, build_manifest
 from gradetrail_lib.spec import LoadedSpec, Spec, load_spec
 from gradetrail_lib.summary import RunSummary, summarize
-from gradetrail_lib.trace import Manifest, TraceRecord
+from gradetrail_lib.telemetry import start_run
+from gradetrail_lib.totals import RunTotals
+from gradetrail_lib.trace import Manifest, TraceRecord, iter_records
 
 
 @dataclass(frozen=True)
 class CompletedRun:
-    records: list[TraceRecord]
     summary: RunSummary
     manifest: Manifest
     run_dir: Path
     # The run's entry in the history, with the fingerprint of its records.
     history: HistoryEntry
+    # What the summary and the statistics were worked out from.
+    totals: RunTotals
+
+    @cached_property
+    def records(self) -> list[TraceRecord]:
+        """The run's records, read back from its directory (a run streams them there
+        and holds none)."""
+        return list(iter_records(self.run_dir / RESULTS_FILE))
 
 
-def complete_run(
-    plan: EvalPlan,
-    responses: Responses,
-    scored: ScoredRun,
-    results_root: Path,
-    *,
-    started_at: datetime | None = None,
-    prices: PriceList | None = None,
-    timings: dict[str, float] | None = None,
-) -> CompletedRun:
-    """Summarise the scored records, write the run directory and add the run to the
-    history (`gradetrail_lib.history`)."""
-    prices = prices or load_prices()
-    timings = dict(timings or {"responses": responses.wall_s})
-    # write_run_dir adds the write and the total once the records are on disk.
-    summary = summarize(scored.records, [(s.name, s.type) for s in plan.scorers])
-    manifest = build_manifest(
-        plan, responses, summary, prices, timings, started_at or datetime.now(UTC)
-    )
-    run_dir = write_run_dir(results_root, scored.records, manifest)
-    entry = record_run(results_root, manifest, scored.records, run_dir)  # the run history
-    return CompletedRun(scored.records, summary, manifest, run_dir, entry)
+class NotSent:
+    """The backend of a step that must not call the target (Dagster's scores, after
+    responses ran): a request the cache does not answer gets the error the responses
+    step had for it, or "no response"."""
+
+    name = "none"
+    concurrency = 1
+
+    def __init__(self, errors: Mapping[str, ProviderError]) -> None:
+        self.errors = errors
+
+    def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
+        for request in requests:
+            error = self.errors.get(request.key)
+            on_result(request, error or ProviderError("fatal", "no response (not sent)"))
+
+    def prepare(self) -> None:
+        pass
+
+    def session(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def limited(self, max_concurrency: int) -> "NotSent":
+        return self
+
+    def describe(self) -> dict[str, object]:
+        return {}
 
 
-def score(
-    plan: EvalPlan,
-    responses: Responses,
+def _offset(progress: Progress | None, done: int, total: int) -> Progress | None:
+    """A batch's progress as the run's."""
+    if progress is None:
+        return None
+    return lambda finished, _batch_total: progress(done + finished, total)
+
+
+def _batches(
+    plan: RunPlan,
     cache: ResponseCache | None,
     backend: Backend,
     *,
-    read_cache: bool = True,
-    prices: PriceList | None = None,
-) -> ScoredRun:
-    """Records of a responses step that already ran (the Dagster scores asset)."""
-    return Scoring(plan, cache, backend, read_cache=read_cache, prices=prices).finish(responses)
+    read_cache: bool,
+    timings: dict[str, float],
+    progress: Progress | None,
+    scoring_for: Any = None,
+) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
+    """Each batch of the plan with its responses (looked up, then the misses sent), the
+    phases' seconds added to `timings`. `scoring_for(batch)` makes the listener that
+    starts the batch's records (and its judging) as its responses arrive."""
+    done = 0
+    prepared = False
+    for batch in plan.batches():
+        looked = look_up(batch, cache) if cache is not None and read_cache else None
+        if not prepared and (looked is None or not looked.complete(batch)):
+            backend.prepare()  # before the step's clock, as part of the start-up
+            prepared = True
+        scoring = scoring_for(batch) if scoring_for is not None else None
+        try:
+            responses = fetch_responses(
+                batch, cache, backend, read_cache=read_cache, looked_up=looked,
+                progress=_offset(progress, done, plan.item_count), listener=scoring,
+            )  # fmt: skip
+        except BaseException:  # an abort or Ctrl-C: the judge answers that came are kept
+            if scoring is not None:
+                scoring.cancel()
+            raise
+        lookup_s = looked.wall_s if looked is not None else 0.0
+        timings["cache_lookup"] = timings.get("cache_lookup", 0.0) + lookup_s
+        timings["responses"] = timings.get("responses", 0.0) + responses.wall_s - lookup_s
+        done += len(batch.items)
+        yield batch, responses, scoring
 
 
 def run_model(
-    plan: EvalPlan,
+    plan: RunPlan,
     cache: ResponseCache | None,
     backend: Backend,
     results_root: Path,
     *,
     read_cache: bool = True,
-    looked_up: CacheLookup | None = None,
     progress: Progress | None = None,
     prices: PriceList | None = None,
     before: dict[str, float] | None = None,
+    send_targets: bool = True,
+    known_errors: Mapping[str, ProviderError] | None = None,
+    sent_before: Set[str] = frozenset(),
 ) -> CompletedRun:
-    """One model of a spec: responses with the scorers' calls overlapping them, then the
-    records and the run directory. `before` holds the seconds of the phases the caller
-    ran first (load, plan); the manifest's timings name every phase."""
+    """One model of a spec, batch by batch: responses with the scorers' calls
+    overlapping them, the records scored and streamed into the run directory, the
+    summary's totals kept as they go; then the manifest, the directory put in place and
+    the run added to the history. `before` holds the seconds of the phases the caller
+    ran first (load, plan); the manifest's timings name every phase. With
+    `send_targets=False` (Dagster's scores) no target request is sent: what the cache
+    lacks takes its error from `known_errors`, and the keys in `sent_before` (that step's
+    own calls) are recorded as calls of this run, not as cache hits."""
     started_at = datetime.now(UTC)
     prices = prices or load_prices()
-    scoring = Scoring(plan, cache, backend, read_cache=read_cache, prices=prices)
+    totals = RunTotals(plan.scorer_names)
+    timings = dict(before or {})
+    for phase in ("cache_lookup", "responses", "scoring"):
+        timings.setdefault(phase, 0.0)
+    target_backend: Backend = backend if send_targets else NotSent(known_errors or {})
+    execution: dict[str, object] = {}
+    spans = start_run(plan.loaded.spec.name, plan.model, started_at)
     try:
-        responses = fetch_responses(
-            plan,
-            cache,
-            backend,
-            read_cache=read_cache,
-            looked_up=looked_up,
-            progress=progress,
-            listener=scoring,
-        )
-    except BaseException:  # an abort or Ctrl-C: the judge answers that came are kept
-        scoring.cancel()
+        with RunDirWriter(results_root) as out:
+            for _batch, responses, scoring in _batches(
+                plan, cache, target_backend, read_cache=read_cache, timings=timings,
+                progress=progress,
+                scoring_for=lambda b: Scoring(
+                    b, cache, backend, read_cache=read_cache, prices=prices, sent_before=sent_before
+                ),
+            ):  # fmt: skip
+                assert scoring is not None
+                started = time.perf_counter()
+                records = scoring.finish(responses).records
+                timings["scoring"] += time.perf_counter() - started
+                out.write(records)
+                totals.add_all(records)
+                spans.records(records)
+                execution = responses.execution or execution
+            summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
+            manifest = build_manifest(
+                plan, execution, totals.served, summary, prices, timings, started_at
+            )
+            run_dir = out.commit(manifest)
+    except BaseException as exc:
+        spans.abort(type(exc).__name__)
         raise
-    scoring_started = time.perf_counter()
-    scored = scoring.finish(responses)
-    lookup_s = looked_up.wall_s if looked_up is not None else 0.0
-    timings = {
-        **(before or {}),
-        "cache_lookup": lookup_s,
-        "responses": responses.wall_s - lookup_s,  # its wall time counts the lookup
-        "scoring": time.perf_counter() - scoring_started,
-    }
-    return complete_run(
-        plan, responses, scored, results_root, started_at=started_at, prices=prices,
-        timings=timings,
-    )  # fmt: skip
+    entry = record_run(results_root, manifest, totals, run_dir, out.fingerprint.hexdigest())
+    spans.end(manifest)
+    return CompletedRun(summary, manifest, run_dir, entry, totals)
+
+
+@dataclass
+class FetchedRun:
+    """What a responses step that ran on its own (Dagster's responses asset) hands on:
+    not the responses (they are in the cache, by request key) but their counts, the
+    errors (which the cache does not keep) and a fingerprint of every outcome."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    calls: int = 0
+    errors: dict[str, ProviderError] = field(default_factory=dict)
+    # The keys this step answered by calling the provider: a later step that reads them
+    # from the cache records them as this run's calls (paid), not as cache hits.
+    sent: set[str] = field(default_factory=set)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    wall_s: float = 0.0
+    execution: dict[str, object] = field(default_factory=dict)
+    # An agent's: cases, steps, how its cases stopped.
+    agent: dict[str, int] = field(default_factory=dict)
+    fingerprint: str = ""
+
+
+def fetch_run(
+    plan: RunPlan,
+    cache: ResponseCache | None,
+    backend: Backend,
+    *,
+    read_cache: bool = True,
+    progress: Progress | None = None,
+) -> FetchedRun:
+    """Every response of the plan in the cache (the misses sent), batch by batch."""
+    import hashlib
+
+    fetched = FetchedRun()
+    digest = hashlib.sha256()
+    timings: dict[str, float] = {}
+    for batch, responses, _ in _batches(
+        plan, cache, backend, read_cache=read_cache, timings=timings, progress=progress
+    ):
+        digest.update(batch_fingerprint(responses).encode())
+        fetched.errors.update(responses.errors)
+        fetched.calls += responses.calls
+        fetched.execution = responses.execution or fetched.execution
+        answered = list(responses.responses.values())
+        fetched.input_tokens += sum(r.input_tokens or 0 for r in answered)
+        fetched.output_tokens += sum(r.output_tokens or 0 for r in answered)
+        if responses.trajectories:
+            cases = list(responses.trajectories.values())
+            steps = [c for t in cases for c in t.calls]
+            fetched.sent.update(c.request.key for c in steps if not c.cache_hit)
+            fetched.requests += len(steps)
+            fetched.cache_hits += sum(c.cache_hit for c in steps)
+            stopped = [t.stopped for t in cases]
+            for name, value in (
+                ("cases", len(cases)),
+                ("steps", sum(len(t.steps) for t in cases)),
+                ("thrash", stopped.count("thrash")),
+                ("budget_exhausted", stopped.count("budget_exhausted")),
+                ("cases_with_tool_errors", sum(t.tool_error for t in cases)),
+            ):
+                fetched.agent[name] = fetched.agent.get(name, 0) + value
+        else:
+            fetched.requests += len(batch.unique_requests)
+            fetched.cache_hits += len(responses.cache_hits)
+            fetched.sent.update(k for k in responses.responses if k not in responses.cache_hits)
+    fetched.wall_s = timings.get("cache_lookup", 0.0) + timings.get("responses", 0.0)
+    fetched.fingerprint = digest.hexdigest()
+    return fetched
 
 
 SpecSource = Path | str | Mapping[str, Any] | Spec | LoadedSpec

@@ -1,10 +1,12 @@
 """Run directories: results.jsonl and manifest.json, replaced as a whole.
 
-A run directory is written under a temporary name and renamed into place; an older
-directory of the same identity is first renamed aside and then removed, so a reader
-sees the old run or the new one, never a mix.
+A run directory is written under a temporary name (its records streamed in as they are
+scored) and renamed into place with its manifest; an older directory of the same
+identity is first renamed aside and then removed, so a reader sees the old run or the
+new one, never a mix, and a run that fails leaves the old one as it was.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -14,10 +16,12 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import gradetrail_lib
 from gradetrail_lib.identity import (
+    RecordsFingerprint,
     file_hashes,
     judge_files,
     requests_hash,
@@ -27,7 +31,7 @@ from gradetrail_lib.identity import (
 )
 from gradetrail_lib.identity import scorer_hash as scorer_hash_of
 from gradetrail_lib.identity import spec_hash as spec_hash_of
-from gradetrail_lib.pipeline import EvalPlan, Responses
+from gradetrail_lib.pipeline import RunPlan
 from gradetrail_lib.pricing import PriceList
 from gradetrail_lib.request import key_base_url
 from gradetrail_lib.summary import RunSummary
@@ -69,7 +73,7 @@ def git_state(where: Path) -> dict[str, Any]:
     return {"sha": sha, "dirty": bool(git("status", "--porcelain"))}
 
 
-def warnings_for(plan: EvalPlan, served: set[str], git: dict[str, Any]) -> list[str]:
+def warnings_for(plan: RunPlan, served: set[str], git: dict[str, Any]) -> list[str]:
     warnings = []
     others = sorted(s for s in served if s != plan.model.name)
     if others:
@@ -89,15 +93,17 @@ def warnings_for(plan: EvalPlan, served: set[str], git: dict[str, Any]) -> list[
 
 
 def build_manifest(
-    plan: EvalPlan,
-    responses: Responses,
+    plan: RunPlan,
+    execution: dict[str, object],
+    served: set[str],
     summary: RunSummary,
     prices: PriceList,
     timings: dict[str, float],
     started_at: datetime,
 ) -> Manifest:
+    """`execution`: how the misses were sent (the backend's describe()); `served`: the
+    model names the provider answered as."""
     loaded = plan.loaded
-    served = {r.served_model for r in responses.responses.values() if r.served_model}
     git = git_state(loaded.base_dir)
     hashes = scorer_hashes(loaded)
     return Manifest(
@@ -118,7 +124,7 @@ def build_manifest(
         ),
         git=GitInfo(**git),
         gradetrail_version=gradetrail_lib.__version__,
-        execution=responses.execution,  # type: ignore[arg-type]
+        execution=execution,  # type: ignore[arg-type]
         started_at=started_at.isoformat(),
         finished_at=datetime.now(UTC).isoformat(),
         timings_s=timings,
@@ -131,35 +137,79 @@ def build_manifest(
         pricing=PricingInfo(version=prices.version, effective_date=prices.effective_date),
         warnings=warnings_for(plan, served, git),
         # The plan's own (plan() may be given repeats other than the spec's).
-        repeats=1 + max((i.repeat for i in plan.items), default=loaded.spec.repeats - 1),
+        repeats=plan.repeats,
     )
 
 
-def write_run_dir(results_root: Path, records: Iterable[TraceRecord], manifest: Manifest) -> Path:
-    name = run_dir_name(manifest.spec.name, manifest.model.requested, manifest.identity)
-    results_root.mkdir(parents=True, exist_ok=True)
-    target = results_root / name
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=results_root))
-    try:
+class RunDirWriter:
+    """A run directory in the writing: records go to a staging directory as they come;
+    `commit` adds the manifest and puts it in place, `abort` (or leaving the `with`
+    block on an exception) removes it."""
+
+    def __init__(self, results_root: Path) -> None:
+        self.results_root = results_root
+        results_root.mkdir(parents=True, exist_ok=True)
+        self.staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=results_root))
+        self._out = RecordWriter(self.staging / RESULTS_FILE)
+        self.fingerprint = RecordsFingerprint()
+        self.write_s = 0.0
+
+    def write(self, records: Iterable[TraceRecord]) -> None:
         started = time.perf_counter()
-        with RecordWriter(staging / RESULTS_FILE) as out:
-            out.write_all(records)
-        # The manifest's phases add up to its total, the records' write included.
+        for record in records:
+            self._out.write(record)
+            self.fingerprint.add(record)
+        self.write_s += time.perf_counter() - started
+
+    def commit(self, manifest: Manifest) -> Path:
+        """Adds the manifest (its timings completed with the write and the total) and
+        renames the directory into place."""
+        name = run_dir_name(manifest.spec.name, manifest.model.requested, manifest.identity)
+        target = self.results_root / name
+        started = time.perf_counter()
+        self._out.close()
         timings = manifest.timings_s
-        timings["write"] = time.perf_counter() - started
+        timings["write"] = self.write_s + time.perf_counter() - started
         timings["total"] = sum(v for k, v in timings.items() if k != "total")
-        (staging / MANIFEST_FILE).write_text(
+        (self.staging / MANIFEST_FILE).write_text(
             manifest.model_dump_json(indent=2) + "\n", encoding="utf-8"
         )
-        os.chmod(staging, 0o755)
+        os.chmod(self.staging, 0o755)
         aside = None
         if target.exists():
-            aside = results_root / f".{name}.old-{os.getpid()}"
+            aside = self.results_root / f".{name}.old-{os.getpid()}"
             os.rename(target, aside)
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
-    return target
+        try:
+            os.rename(self.staging, target)
+        except OSError:
+            if aside is not None:  # the old run goes back where it was
+                os.rename(aside, target)
+            raise
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        return target
+
+    def abort(self) -> None:
+        # What was buffered may not be writable (a full disk): it goes with the rest.
+        with contextlib.suppress(OSError):
+            self._out.close()
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def __enter__(self) -> "RunDirWriter":
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if kind is not None and self.staging.exists():
+            self.abort()
+
+
+def write_run_dir(results_root: Path, records: Iterable[TraceRecord], manifest: Manifest) -> Path:
+    """A run directory of records already in hand (a run streams them: `RunDirWriter`)."""
+    with RunDirWriter(results_root) as out:
+        out.write(records)
+        return out.commit(manifest)

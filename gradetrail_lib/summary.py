@@ -4,9 +4,7 @@ calls of the target and of the judges apart (tokens, cost paid and reused, cache
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradetrail_lib.call_totals import call_totals
 from gradetrail_lib.pricing import format_usd
-from gradetrail_lib.stats.clusters import repeated
 from gradetrail_lib.stats.repeats import (
     case_outcomes,
     describe_at_k,
@@ -14,14 +12,10 @@ from gradetrail_lib.stats.repeats import (
     pass_at_k_points,
     repeat_stats,
 )
-from gradetrail_lib.stats.run_stats import (
-    describe,
-    failure_mode_counts,
-    outcome_counts,
-    scorer_estimates,
-)
+from gradetrail_lib.stats.run_stats import describe, scorer_estimates
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
-from gradetrail_lib.trace import CallTotals, ScorerFigures, TraceRecord
+from gradetrail_lib.totals import RunTotals, Totalled, totals_of
+from gradetrail_lib.trace import CallTotals, ScorerFigures
 
 
 @dataclass(frozen=True)
@@ -48,31 +42,32 @@ class RunSummary:
 
 
 def scorer_figures(
-    records: Sequence[TraceRecord], name: str, kind: str, threshold: float = DEFAULT_THRESHOLD
+    totals: RunTotals, name: str, kind: str, threshold: float = DEFAULT_THRESHOLD
 ) -> ScorerFigures:
-    scores = [s for r in records if (s := r.score_of(name)) is not None]
-    pass_at, pass_hat = pass_at_k_points(records, name, threshold)
+    scores = totals.scores(name)
+    pass_at, pass_hat = pass_at_k_points(totals, name, threshold)
     return ScorerFigures(
         type=kind,
-        n=len(records),
+        n=totals.samples,
         scored=len(scores),
-        errors=sum(r.error_of(name) is not None for r in records),
+        errors=totals.errors[name],
         mean=sum(scores) / len(scores) if scores else None,
-        passed=sum(s >= threshold for s in scores),
+        passed=totals.passed(name, threshold),
         pass_at_k=pass_at,
         pass_hat_k=pass_hat,
     )
 
 
-def summarize(records: Sequence[TraceRecord], scorers: Sequence[tuple[str, str]]) -> RunSummary:
+def summarize(records: Totalled, scorers: Sequence[tuple[str, str]]) -> RunSummary:
     """`scorers` are (name, type) pairs in spec order."""
+    totals = totals_of(records, [name for name, _ in scorers])
     return RunSummary(
-        samples=len(records),
-        outcomes=outcome_counts(records),
-        failure_modes=failure_mode_counts(records),
-        scorers={name: scorer_figures(records, name, kind) for name, kind in scorers},
-        target=call_totals(records, "target"),
-        judge=call_totals(records, "judge"),
+        samples=totals.samples,
+        outcomes=totals.outcome_counts(),
+        failure_modes=totals.failure_mode_counts(),
+        scorers={name: scorer_figures(totals, name, kind) for name, kind in scorers},
+        target=totals.target.totals(),
+        judge=totals.judge.totals(),
     )
 
 
@@ -84,13 +79,13 @@ def format_cost(totals: CallTotals) -> str:
     return f"{format_usd(totals.cost_paid_usd)} paid; {format_usd(reused)} reused from cache"
 
 
-def format_summary(records: Sequence[TraceRecord], summary: RunSummary, wall_s: float) -> str:
+def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str:
     """What `gradetrail run` prints: every scorer's mean and pass rate with interval and n;
     with repeats, then each scorer's pass@1, pass@n and pass^n over cases."""
     counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
     lines = [f"Samples: {summary.samples} ({counts})"]
-    # (Grouping 100,000 records into cases costs ~0.3 s: only when there are repeats.)
-    cases = case_outcomes(records, summary.primary) if repeated(records) else []
+    totals = totals_of(records, list(summary.scorers))
+    cases = case_outcomes(totals, summary.primary) if totals.clustered() else []
     trials = max_trials(cases)
     if trials > 1:
         lines.append(
@@ -99,7 +94,7 @@ def format_summary(records: Sequence[TraceRecord], summary: RunSummary, wall_s: 
             "estimator); pass^k: that all k pass"
         )
     for index, (name, figures) in enumerate(summary.scorers.items()):
-        stats = scorer_estimates(records, name, threshold=DEFAULT_THRESHOLD)
+        stats = scorer_estimates(totals, name, threshold=DEFAULT_THRESHOLD)
         primary = " (primary)" if index == 0 else ""
         unscored = f"; {stats.unscored} unscored count as failures" if stats.unscored else ""
         lines.append(
@@ -108,11 +103,11 @@ def format_summary(records: Sequence[TraceRecord], summary: RunSummary, wall_s: 
         )
         if trials > 1:
             ks = (1, trials)
-            at_k = repeat_stats(records, name, ks=ks, threshold=DEFAULT_THRESHOLD)
+            at_k = repeat_stats(totals, name, ks=ks, threshold=DEFAULT_THRESHOLD)
             lines.append(f"  {describe_at_k(at_k, ks)}")
     target, judge = summary.target, summary.judge
     # Per model call: one a sample, or one each step of an agent's case.
-    target_calls = sum(1 for r in records for c in r.calls if c.role == "target")
+    target_calls = totals.target_calls
     lines += [
         f"Tokens: {target.input_tokens} in / {target.output_tokens} out",
         f"Cost: {format_cost(target)}",

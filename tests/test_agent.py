@@ -236,7 +236,7 @@ def test_a_plain_request_keeps_its_key_beside_a_tool_spec(tmp_path: Path) -> Non
     keys = []
     for name in ("p.yaml", "m.yaml"):
         loaded = load_spec(tmp_path / name)
-        keys.append(plan(loaded, loaded.spec.models[0]).items[0].request.key)
+        keys.append(plan(loaded, loaded.spec.models[0]).whole().items[0].request.key)
     assert keys[0] == keys[1]
 
 

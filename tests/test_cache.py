@@ -177,7 +177,7 @@ def test_look_up_of_a_plan_is_complete_only_when_every_distinct_key_is_cached(
     )
     write_spec(tmp_path / "x.yaml", base_url="http://127.0.0.1:1/v1", prompt="{{ q }}")
     loaded = load_spec(tmp_path / "x.yaml")
-    eval_plan = plan(loaded, loaded.spec.models[0])
+    eval_plan = plan(loaded, loaded.spec.models[0]).whole()
     keys = eval_plan.request_keys()
     assert len(keys) == 3
     cache = ResponseCache(tmp_path / "c.duckdb")

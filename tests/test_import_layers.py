@@ -1,5 +1,5 @@
 """`summary` builds on `stats`, never the reverse: importing the statistics loads no
-summary module (the call totals both use live below them, in `call_totals`)."""
+summary module (the run totals both use live below them, in `totals`)."""
 
 import subprocess
 import sys

@@ -115,12 +115,12 @@ def loaded(spec_dir: Path, **changes: Any) -> LoadedSpec:
 
 
 def keys(spec: LoadedSpec, model: ModelConfig | None = None) -> list[str]:
-    return [item.request.key for item in plan(spec, model or spec.spec.models[0]).items]
+    return [item.request.key for item in plan(spec, model or spec.spec.models[0]).whole().items]
 
 
 def test_planned_key_is_request_key_of_the_rendered_request(spec_dir):
     spec = loaded(spec_dir)
-    items = plan(spec, spec.spec.models[0]).items
+    items = plan(spec, spec.spec.models[0]).whole().items
     assert [i.sample.id for i in items] == ["a", "b"]
     expected = request_key(
         "openai_compatible",

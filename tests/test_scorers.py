@@ -454,7 +454,7 @@ def test_score_all_marks_only_the_sample_whose_scorer_raised(tmp_path):
             "scorer": {"type": "json_schema", "field": "schema"},
         }
     )
-    the_plan = plan(LoadedSpec(spec=spec, path=tmp_path / "s.yaml"), spec.models[0])
+    the_plan = plan(LoadedSpec(spec=spec, path=tmp_path / "s.yaml"), spec.models[0]).whole()
     key = {item.sample.id: item.request.key for item in the_plan.items}
     responses = Responses()
     responses.responses[key["good"]] = response('{"a": 1}')

@@ -46,7 +46,9 @@ def test_a_fixed_text_and_its_key(tmp_path: Path) -> None:
     assert [r.score_of("score") for r in done.records] == [1.0, 0.0]
     # The answer is what the "model" says, so it is in the key: another text, other keys.
     other = project(tmp_path, "{provider: scripted, name: parrot, text: Rome}")
-    keys = {i.request.key for i in plan(load_spec(other), load_spec(other).spec.models[0]).items}
+    keys = {
+        i.request.key for i in plan(load_spec(other), load_spec(other).spec.models[0]).whole().items
+    }
     assert keys.isdisjoint({r.target.request_key for r in done.records if r.target})
 
 

@@ -19,7 +19,7 @@ from gradetrail_lib.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.cost_plan import check_max_cost, estimate
 from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UnknownModel, UsageError
-from gradetrail_lib.pipeline import CacheLookup, EvalPlan, load_spec_dataset, look_up, plan
+from gradetrail_lib.pipeline import RunPlan, load_spec_dataset, look_up, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.run import resolve_model, run_model, spec_files, split_model
 from gradetrail_lib.settings import DEFAULT_WORKERS, DEFAULTS, cli_settings
@@ -124,7 +124,7 @@ def make_backend(args: argparse.Namespace) -> Backend:
 @dataclass(frozen=True)
 class SpecJob:
     loaded: LoadedSpec
-    plans: list[EvalPlan]
+    plans: list[RunPlan]
     # Seconds: loading the spec and its dataset (shared by its models), planning each.
     load_s: float = 0.0
     plan_s: list[float] = field(default_factory=list)
@@ -153,30 +153,28 @@ def run_command(args: argparse.Namespace) -> int:
     _check_folder(jobs, errors, folder, args)
     backend = make_backend(args)
     cache = ResponseCache(args.cache)
-    found = [[None if args.no_cache else look_up(p, cache) for p in job.plans] for job in jobs]
     if args.max_cost is not None:  # before any call
         scorer_cache = None if args.no_cache else cache
         check_max_cost(
             [
-                estimate(p, f, scorer_cache, load_prices())
-                for job, looked in zip(jobs, found, strict=True)
-                for p, f in zip(job.plans, looked, strict=True)
+                estimate(
+                    whole,
+                    None if args.no_cache else look_up(whole, cache),
+                    scorer_cache,
+                    load_prices(),
+                )
+                for job in jobs
+                for whole in (p.whole() for p in job.plans)
             ],
             args.max_cost,
         )
-    if any(
-        f is None or not f.complete(p)
-        for job, looked in zip(jobs, found, strict=True)
-        for p, f in zip(job.plans, looked, strict=True)
-    ):
-        backend.prepare()
     exits = []
     with backend.session():  # one Ray cluster for every spec and model, not one each
-        for job, looked in zip(jobs, found, strict=True):
+        for job in jobs:
             if folder:
                 print(f"Spec: {job.loaded.spec.name} ({job.loaded.path})", file=out)
             try:
-                exits.append(_run_spec(job, looked, backend, cache, args, startup_s))
+                exits.append(_run_spec(job, backend, cache, args, startup_s))
             except RunAborted as exc:
                 if not folder:
                     raise
@@ -265,7 +263,6 @@ def _check_folder(
 
 def _run_spec(
     job: SpecJob,
-    found: list[CacheLookup | None],
     backend: Backend,
     cache: ResponseCache,
     args: argparse.Namespace,
@@ -275,7 +272,7 @@ def _run_spec(
     start-up and the spec's load are in each of its models' manifests."""
     out = sys.stdout
     any_scored = False
-    for eval_plan, looked_up, plan_s in zip(job.plans, found, job.plan_s, strict=True):
+    for eval_plan, plan_s in zip(job.plans, job.plan_s, strict=True):
         label = f"{job.loaded.spec.name}/{eval_plan.model.name}"
         done = run_model(
             eval_plan,
@@ -283,14 +280,13 @@ def _run_spec(
             backend,
             args.results,
             read_cache=not args.no_cache,
-            looked_up=looked_up,
             progress=ProgressBar(label),
             before={"startup": startup_s, "load": job.load_s, "plan": plan_s},
         )
         any_scored = any_scored or done.summary.any_scored
         print(f"Run: {label} -> {done.run_dir}", file=out)
         # The whole command's, from the process's start to the last byte written.
-        summary = format_summary(done.records, done.summary, since_start())
+        summary = format_summary(done.totals, done.summary, since_start())
         print(summary, file=out)
         for warning in done.manifest.warnings:
             print(f"Warning: {warning}", file=out)

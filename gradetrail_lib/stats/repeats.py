@@ -25,21 +25,22 @@ The point values need no scipy (`pass_at_k_points`, for the manifest); the inter
 """
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gradetrail_lib.stats.clusters import CLUSTER, by_case, is_clustered, repeated
+from gradetrail_lib.stats.clusters import CLUSTER
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_interval
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
-from gradetrail_lib.trace import TraceRecord
+from gradetrail_lib.totals import Totalled, totals_of
 
 
 @dataclass(frozen=True)
 class CaseOutcome:
-    """One case's repeats: how many there were, how many passed."""
+    """One case's repeats: how many there were, how many passed; its id when the totals
+    were taken from records in memory (a streamed run keeps no ids)."""
 
-    id: str
+    id: str | None
     trials: int
     passes: int
 
@@ -69,18 +70,20 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
 
 
 def case_outcomes(
-    records: Iterable[TraceRecord], scorer: str, threshold: float = DEFAULT_THRESHOLD
+    records: Totalled, scorer: str, threshold: float = DEFAULT_THRESHOLD
 ) -> list[CaseOutcome]:
     """Per case (first-seen order): its records and those passing `scorer`."""
+    totals = totals_of(records, [scorer])
+    ids = totals.case_ids
     return [
-        CaseOutcome(group[0].id, len(group), sum(r.passes(scorer, threshold) for r in group))
-        for group in by_case(records)
+        CaseOutcome(ids[i] if ids is not None else None, len(group), sum(group))
+        for i, group in enumerate(totals.case_passes(scorer, threshold))
     ]
 
 
-def has_repeats(records: Iterable[TraceRecord]) -> bool:
+def has_repeats(records: Totalled) -> bool:
     """Whether some case has more than one record (then intervals resample cases)."""
-    return is_clustered(by_case(records))
+    return totals_of(records, []).clustered()
 
 
 def max_trials(cases: Sequence[CaseOutcome]) -> int:
@@ -88,14 +91,14 @@ def max_trials(cases: Sequence[CaseOutcome]) -> int:
 
 
 def pass_at_k_points(
-    records: Iterable[TraceRecord], scorer: str, threshold: float = DEFAULT_THRESHOLD
+    records: Totalled, scorer: str, threshold: float = DEFAULT_THRESHOLD
 ) -> tuple[dict[int, float], dict[int, float]]:
     """pass@k and pass^k for k = 1..n (the most repeats of a case), each the mean over
     the cases with at least k repeats; both empty when no case has two records."""
-    records = list(records)
-    if not repeated(records):
+    totals = totals_of(records, [scorer])
+    if not totals.clustered():
         return {}, {}
-    cases = case_outcomes(records, scorer, threshold)
+    cases = case_outcomes(totals, scorer, threshold)
     n = max_trials(cases)
     if n < 2:
         return {}, {}
@@ -179,7 +182,7 @@ def default_ks(trials: int) -> list[int]:
 
 
 def repeat_stats(
-    records: Sequence[TraceRecord],
+    records: Totalled,
     scorer: str,
     *,
     ks: Sequence[int] | None = None,
@@ -190,7 +193,8 @@ def repeat_stats(
 ) -> RepeatStats:
     """Per-case pass rates, and pass@k and pass^k at each k of `ks` (default
     `default_ks(n)`), each with an interval over cases."""
-    cases = case_outcomes(records, scorer, threshold)
+    totals = totals_of(records, [scorer])
+    cases = case_outcomes(totals, scorer, threshold)
     trials = max_trials(cases)
     chosen = default_ks(trials) if ks is None else sorted(set(ks))
     if any(k < 1 for k in chosen):
@@ -212,7 +216,7 @@ def repeat_stats(
         scorer=scorer,
         threshold=threshold,
         cases=len(cases),
-        records=len(records),
+        records=totals.samples,
         trials=trials,
         case_pass_rate=_over_cases([c.rate for c in cases], confidence, method, settings),
         at_k=rows,

@@ -12,21 +12,14 @@ records and `clusters` the cases. Without repeats the figures are the unclustere
 """
 
 import statistics
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gradetrail_lib.call_totals import call_totals
-from gradetrail_lib.stats.clusters import (
-    by_case,
-    cluster_mean_estimate,
-    cluster_proportion,
-    is_clustered,
-)
+from gradetrail_lib.stats.clusters import cluster_mean_estimate, cluster_proportion
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate, mean_estimate, proportion
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
-from gradetrail_lib.trace import OUTCOMES, TraceRecord
+from gradetrail_lib.totals import Totalled, totals_of
 
 LATENCY_PERCENTILES = (50, 90, 99)
 
@@ -103,7 +96,7 @@ class ScorerEstimates:
 
 
 def scorer_estimates(
-    records: Sequence[TraceRecord],
+    records: Totalled,
     scorer: str,
     *,
     threshold: float = DEFAULT_THRESHOLD,
@@ -111,41 +104,28 @@ def scorer_estimates(
     method: ProportionMethod = "wilson",
     settings: BootstrapSettings | None = None,
 ) -> ScorerEstimates:
-    scores = [s for r in records if (s := r.score_of(scorer)) is not None]
-    cases = by_case(records)
-    if is_clustered(cases):
+    totals = totals_of(records, [scorer])
+    scores = totals.scores(scorer)
+    unscored = totals.samples - len(scores)
+    if totals.clustered():
         return ScorerEstimates(
             pass_rate=cluster_proportion(
-                [[r.passes(scorer, threshold) for r in case] for case in cases],
-                confidence, method, settings,
+                totals.case_passes(scorer, threshold), confidence, method, settings
             ),
             mean_score=cluster_mean_estimate(
-                [[s for r in case if (s := r.score_of(scorer)) is not None] for case in cases],
-                confidence, method=method, settings=settings,
+                totals.case_scores(scorer), confidence, method=method, settings=settings
             ),
-            unscored=len(records) - len(scores),
-        )  # fmt: skip
-    passed = sum(s >= threshold for s in scores)
+            unscored=unscored,
+        )
     return ScorerEstimates(
-        pass_rate=proportion(passed, len(records), confidence, method),
+        pass_rate=proportion(totals.passed(scorer, threshold), totals.samples, confidence, method),
         mean_score=mean_estimate(scores, confidence, method=method, settings=settings),
-        unscored=len(records) - len(scores),
+        unscored=unscored,
     )
 
 
-def outcome_counts(records: Sequence[TraceRecord]) -> dict[str, int]:
-    """Records per outcome, every outcome named (0 when none)."""
-    counted = Counter(r.outcome for r in records)
-    return {k: counted.get(k, 0) for k in OUTCOMES}
-
-
-def failure_mode_counts(records: Sequence[TraceRecord]) -> dict[str, int]:
-    """Records per failure mode, the modes that occur, by name."""
-    return dict(sorted(Counter(r.failure_mode for r in records if r.failure_mode).items()))
-
-
 def run_stats(
-    records: Sequence[TraceRecord],
+    records: Totalled,
     scorer: str,
     *,
     threshold: float = DEFAULT_THRESHOLD,
@@ -154,32 +134,26 @@ def run_stats(
     settings: BootstrapSettings | None = None,
 ) -> RunStats:
     """The figures of `scorer` (a name the records' `scores` hold)."""
+    totals = totals_of(records, [scorer])
     figures = scorer_estimates(
-        records, scorer, threshold=threshold, confidence=confidence, method=method,
+        totals, scorer, threshold=threshold, confidence=confidence, method=method,
         settings=settings,
     )  # fmt: skip
-    target = call_totals(records, "target")
-    # Per model call of the target: one a sample, or each step of an agent's case.
-    latencies = [
-        c.latency_s
-        for r in records
-        for c in r.calls_of("target")
-        if c.latency_s is not None and c.error is None
-    ]
+    target = totals.target.totals()
     return RunStats(
         scorer=scorer,
-        samples=len(records),
-        outcomes=outcome_counts(records),
-        failure_modes=failure_mode_counts(records),
+        samples=totals.samples,
+        outcomes=totals.outcome_counts(),
+        failure_modes=totals.failure_mode_counts(),
         unscored=figures.unscored,
-        truncated=sum(r.truncated for r in records),
+        truncated=totals.truncated,
         threshold=threshold,
         pass_rate=figures.pass_rate,
         mean_score=figures.mean_score,
         input_tokens=target.input_tokens,
         output_tokens=target.output_tokens,
         cost_usd=target.cost_usd,
-        latency=latency_of(latencies),
+        latency=latency_of(totals.latencies),
         cache_hits=target.cache_hits,
     )
 

@@ -1,0 +1,122 @@
+"""Benchmark of a run at scale: memory and the warm path (not a test: prints figures).
+
+    .venv/bin/python -m bench.bench_scale [--n 100000] [--big 1000000] [--rounds 3]
+
+1. A cold run of n samples against a loopback fake server answering at once (latency 0,
+   concurrency 64), then a fully cached re-run of it: the peak resident memory of each
+   `gradetrail run` process (its own rusage, from wait4). Target: <= 300 MB each.
+2. The fully cached re-run's wall time past a bare `gradetrail --version` measured in
+   the same rounds (medians of `rounds`). Target: <= 1.5 s past it, zero provider calls.
+3. With --big N: a cold then a fully cached run of N samples (default 1,000,000); the
+   cached run's peak memory over the n-sample cached run's. Target: <= 1.5x.
+
+The fake server runs in its own process, so its memory is not counted.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench_pipeline import manifest_of, start_server
+from tests.conftest import write_addition_dataset, write_spec
+
+GRADETRAIL = [sys.executable, "-m", "gradetrail_lib.cli"]
+MB = 1024 * 1024
+
+
+def measured(args: list[str], cwd: Path) -> tuple[float, int, str]:
+    """(wall seconds, peak RSS bytes, stdout) of one process."""
+    started = time.perf_counter()
+    with open(cwd / "out.txt", "w") as out, open(cwd / "err.txt", "w") as err:
+        child = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    stdout = (cwd / "out.txt").read_text()
+    if child.returncode != 0:
+        raise RuntimeError(f"{args} failed: {(cwd / 'err.txt').read_text()[-2000:]}")
+    return wall, usage.ru_maxrss * 1024, stdout
+
+
+def run_args(spec: Path, workdir: Path) -> list[str]:
+    return [
+        *GRADETRAIL, "run", str(spec), "--concurrency", "64",
+        "--cache", str(workdir / "cache.duckdb"), "--results", str(workdir / "results"),
+    ]  # fmt: skip
+
+
+def prepare(workdir: Path, n: int, url: str) -> Path:
+    write_addition_dataset(workdir / "data" / "add.jsonl", n)
+    return write_spec(workdir / "spec.yaml", base_url=url)
+
+
+def calls_of(stdout: str, workdir: Path) -> int:
+    manifest = manifest_of(stdout, workdir)
+    target = manifest["target"]
+    assert isinstance(target, dict)
+    return int(target["calls"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--big", type=int, nargs="?", const=1_000_000, default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        server, url = start_server(0.0, root)
+        try:
+            work = root / "n"
+            work.mkdir()
+            spec = prepare(work, args.n, url)
+            cold_wall, cold_rss, _ = measured(run_args(spec, work), work)
+            warm_walls, version_walls, warm_rss = [], [], 0
+            for _ in range(args.rounds):
+                version_walls.append(measured([*GRADETRAIL, "--version"], work)[0])
+                wall, rss, stdout = measured(run_args(spec, work), work)
+                if calls_of(stdout, work) != 0:
+                    raise RuntimeError("the cached re-run called the provider")
+                warm_walls.append(wall)
+                warm_rss = max(warm_rss, rss)
+            warm, version = statistics.median(warm_walls), statistics.median(version_walls)
+            print(f"n={args.n}")
+            print(
+                f"  cold run:   peak RSS {cold_rss / MB:.0f} MB (target <= 300); "
+                f"wall {cold_wall:.1f} s"
+            )
+            print(f"  cached run: peak RSS {warm_rss / MB:.0f} MB (target <= 300)")
+            print(
+                f"  cached run wall {warm:.2f} s, --version {version:.2f} s: "
+                f"{warm - version:.2f} s past it (target <= 1.5), {warm / version:.1f}x; "
+                f"rounds {' '.join(f'{w:.2f}' for w in warm_walls)}"
+            )
+            if args.big:
+                big = root / "big"
+                big.mkdir()
+                big_spec = prepare(big, args.big, url)
+                big_cold_wall, big_cold_rss, _ = measured(run_args(big_spec, big), big)
+                big_wall, big_rss, stdout = measured(run_args(big_spec, big), big)
+                if calls_of(stdout, big) != 0:
+                    raise RuntimeError("the cached re-run called the provider")
+                print(f"n={args.big}")
+                print(
+                    f"  cold run:   peak RSS {big_cold_rss / MB:.0f} MB; wall {big_cold_wall:.1f} s"
+                )
+                print(
+                    f"  cached run: peak RSS {big_rss / MB:.0f} MB = "
+                    f"{big_rss / warm_rss:.2f}x the n={args.n} cached run's (target <= 1.5); "
+                    f"wall {big_wall:.1f} s"
+                )
+        finally:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()
