@@ -170,8 +170,6 @@ class CacheWriter:
         self._max_delay_s = max_delay_s
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._error: BaseException | None = None
-        self.written = 0
-        self.transactions = 0
         self._finished = False
         self._finishing = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cache-writer", daemon=True)
@@ -189,8 +187,6 @@ class CacheWriter:
             if batch and self._error is None:
                 try:
                     self._cache.put_many(batch)
-                    self.written += len(batch)
-                    self.transactions += 1
                 except BaseException as exc:  # reported by close(); the thread must not die
                     self._error = exc
 

@@ -32,7 +32,6 @@ from gradetrail_lib.totals import Totalled, totals_of
 from gradetrail_lib.trace import Manifest, parse_manifest
 
 HISTORY_FILE = ".history.jsonl"
-HISTORY_VERSION = 1
 
 
 class _Strict(BaseModel):
@@ -67,7 +66,7 @@ class PassRate(_Strict):
 class HistoryEntry(_Strict):
     """One completed run, as it was when it completed."""
 
-    version: Literal[1] = 1  # HISTORY_VERSION
+    version: Literal[1] = 1  # of the entry's format
     spec: str
     model: str
     provider: str

@@ -41,9 +41,6 @@ if TYPE_CHECKING:
 else:
     AnyScorer = Annotated[Union[config_types()], Field(discriminator="type")]  # noqa: UP007
 
-# Kept under this name: the tests import it from here.
-ScorerConfig = AnyScorer
-
 
 class DatasetRef(Strict):
     """A file (`path`, with an optional `format`) or a Hugging Face dataset (`hf`, with

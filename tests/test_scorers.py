@@ -20,12 +20,12 @@ from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.records import Scoring
 from gradetrail_lib.scorers import Score, ScoreInput, Scorer, build_scorer
 from gradetrail_lib.scorers.regex import compile_pattern, literal_text
-from gradetrail_lib.spec import LoadedSpec, ScorerConfig, Spec
+from gradetrail_lib.spec import AnyScorer, LoadedSpec, Spec
 from gradetrail_lib.trace import SCHEMA_VERSION, TraceRecord
 from tests.conftest import write_spec
 
 DATASET = "data/x.jsonl"
-_CONFIG = TypeAdapter(ScorerConfig)
+_CONFIG = TypeAdapter(AnyScorer)
 
 
 def scorer(config: dict[str, Any], base_dir: Path | None = None) -> Scorer:
