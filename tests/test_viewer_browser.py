@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gradetrail_lib.stats import compare
-from tests.support.viewer_server import Background
 from gradetrail_lib.viewer.links import sample_href
 from tests.support.viewer_runs import MALICIOUS, N, ViewerRuns, failing, make_runs
+from tests.support.viewer_server import Background
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
