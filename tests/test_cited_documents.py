@@ -3,7 +3,6 @@ docs/performance.md), never a notes file outside it: every `*.md` a source file 
 exists here, and nothing points above the repository (`../shared/...`)."""
 
 import re
-import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -13,11 +12,12 @@ OUTSIDE = re.compile(r"\.\./(?:shared|notes)\b|\bFACTS\.md\b|\bDESIGN\.md\b")
 
 
 def _sources() -> list[Path]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", *FOLDERS],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    return [REPO / name for name in listed if name.endswith((".py", ".sh", ".j2"))]
+    return [
+        path
+        for folder in FOLDERS
+        for path in sorted((REPO / folder).rglob("*"))
+        if path.suffix in (".py", ".sh", ".j2") and "__pycache__" not in path.parts
+    ]
 
 
 def test_every_cited_document_is_in_the_repository() -> None:
