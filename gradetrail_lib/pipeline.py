@@ -193,7 +193,8 @@ def plan(
     `repeats` (default: the spec's) makes each sample that many items, repeat by repeat."""
     repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
-    dataset = dataset or load_spec_dataset(loaded)
+    if dataset is None:  # (not `or`: a Dataset's truth would read every sample)
+        dataset = load_spec_dataset(loaded)
     label = loaded.spec.dataset.label
     renderer = PromptRenderer(loaded.spec)
     spec = loaded.spec
@@ -340,7 +341,8 @@ def fetch_responses(
     total = len(unique)
     if progress:
         progress(len(result.responses), total)
-    writer_scope = cache.writer() if cache is not None else nullcontext(None)
+    # (No writer, and its thread, for a batch the cache answered whole.)
+    writer_scope = cache.writer() if cache is not None and missing else nullcontext(None)
     with writer_scope as writer, live_requests(missing) as live:
 
         def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:

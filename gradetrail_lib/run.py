@@ -18,7 +18,15 @@ from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
 from gradetrail_lib.history import HistoryEntry, record_run
 from gradetrail_lib.identity import batch_fingerprint
-from gradetrail_lib.pipeline import EvalPlan, Progress, Responses, RunPlan, fetch_responses, look_up
+from gradetrail_lib.pipeline import (
+    BATCH_SAMPLES,
+    EvalPlan,
+    Progress,
+    Responses,
+    RunPlan,
+    fetch_responses,
+    look_up,
+)
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.records import Scoring
@@ -93,13 +101,21 @@ def _batches(
     timings: dict[str, float],
     progress: Progress | None,
     scoring_for: Any = None,
+    batch_samples: int = BATCH_SAMPLES,
 ) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
     """Each batch of the plan with its responses (looked up, then the misses sent), the
     phases' seconds added to `timings`. `scoring_for(batch)` makes the listener that
     starts the batch's records (and its judging) as its responses arrive."""
     done = 0
     prepared = False
-    for batch in plan.batches():
+    timings.setdefault("plan", 0.0)
+    batches = plan.batches(batch_samples)
+    while True:
+        started = time.perf_counter()  # rendering and keying the batch's requests
+        batch = next(batches, None)
+        timings["plan"] += time.perf_counter() - started
+        if batch is None:
+            return
         looked = look_up(batch, cache) if cache is not None and read_cache else None
         if not prepared and (looked is None or not looked.complete(batch)):
             backend.prepare()  # before the step's clock, as part of the start-up
@@ -134,6 +150,7 @@ def run_model(
     send_targets: bool = True,
     known_errors: Mapping[str, ProviderError] | None = None,
     sent_before: Set[str] = frozenset(),
+    batch_samples: int = BATCH_SAMPLES,
 ) -> CompletedRun:
     """One model of a spec, batch by batch: responses with the scorers' calls
     overlapping them, the records scored and streamed into the run directory, the
@@ -156,7 +173,7 @@ def run_model(
         with RunDirWriter(results_root) as out:
             for _batch, responses, scoring in _batches(
                 plan, cache, target_backend, read_cache=read_cache, timings=timings,
-                progress=progress,
+                progress=progress, batch_samples=batch_samples,
                 scoring_for=lambda b: Scoring(
                     b, cache, backend, read_cache=read_cache, prices=prices, sent_before=sent_before
                 ),
@@ -164,11 +181,11 @@ def run_model(
                 assert scoring is not None
                 started = time.perf_counter()
                 records = scoring.finish(responses).records
-                timings["scoring"] += time.perf_counter() - started
-                out.write(records)
                 totals.add_all(records)
                 spans.records(records)
-                execution = responses.execution or execution
+                timings["scoring"] += time.perf_counter() - started
+                out.write(records)
+                execution = {**execution, **responses.execution}
             summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
             manifest = build_manifest(
                 plan, execution, totals.served, summary, prices, timings, started_at
