@@ -22,12 +22,12 @@ Calls that cannot be known before the run are bounded:
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.pipeline import CacheLookup, EvalPlan
+from gradetrail_lib.pipeline import CacheLookup, EvalPlan, RunPlan, look_up
 from gradetrail_lib.pricing import PriceList, format_usd, sum_costs
 from gradetrail_lib.request import ModelRequest
 from gradetrail_lib.scorers import ScoreInput
@@ -73,6 +73,37 @@ class CallPlan:
     at_least: bool = False  # an agent's later steps are not known
     worst_calls: int | None = None  # an agent: step_budget per case
     notes: list[str] = field(default_factory=list)
+    # A scorer's calls that judge target responses still to come (estimated).
+    pending: int = 0
+
+    def plus(self, other: "CallPlan") -> "CallPlan":
+        """This role's calls with another batch's."""
+        pending = self.pending + other.pending
+        notes = [n for n in self.notes if not n.endswith(_PENDING)]
+        return replace(
+            self,
+            calls=self.calls + other.calls,
+            hits=self.hits + other.hits,
+            misses=self.misses + other.misses,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens_worst=self.output_tokens_worst + other.output_tokens_worst,
+            cost_low=sum_costs([self.cost_low, other.cost_low]),
+            cost_high=sum_costs([self.cost_high, other.cost_high]),
+            worst_calls=None
+            if self.worst_calls is None or other.worst_calls is None
+            else self.worst_calls + other.worst_calls,
+            notes=notes + ([_pending_note(pending)] if pending else []),
+            pending=pending,
+        )
+
+
+_PENDING = "their input estimated as the prompt plus the target's max_tokens"
+
+
+def _pending_note(count: int) -> str:
+    return (
+        f"{count} of the calls judge target responses still to come: counted as misses, {_PENDING}"
+    )
 
 
 @dataclass(frozen=True)
@@ -180,6 +211,26 @@ def estimate(
     )
 
 
+def estimate_run(plan: RunPlan, cache: ResponseCache | None, prices: PriceList) -> ModelPlan:
+    """`estimate` of a whole run, batch by batch (`cache` None: nothing is read from it)."""
+    total: ModelPlan | None = None
+    for batch in plan.batches():
+        part = estimate(batch, look_up(batch, cache) if cache is not None else None, cache, prices)
+        total = part if total is None else _plus(total, part)
+    assert total is not None  # a plan has samples
+    return total
+
+
+def _plus(a: ModelPlan, b: ModelPlan) -> ModelPlan:
+    scorers = {c.role: c for c in a.scorers}
+    for c in b.scorers:
+        scorers[c.role] = scorers[c.role].plus(c) if c.role in scorers else c
+    return replace(
+        a, samples=a.samples + b.samples, target=a.target.plus(b.target),
+        scorers=list(scorers.values()),
+    )  # fmt: skip
+
+
 def _scorer_calls(
     plan: EvalPlan,
     found: dict[str, Any],
@@ -227,12 +278,7 @@ def _scorer_calls(
         )
         output_worst = sum(_max_tokens(r) for r in misses) + sum(_max_tokens(r) for r, _ in guessed)
         low, high = _costs(prices, provider, model, input_tokens, output_worst)
-        notes = []
-        if guessed:
-            notes.append(
-                f"{len(guessed)} of the calls judge target responses still to come: counted "
-                "as misses, their input estimated as the prompt plus the target's max_tokens"
-            )
+        notes = [_pending_note(len(guessed))] if guessed else []
         out.append(
             CallPlan(
                 role=f"scorer {scorer.name}",
@@ -246,6 +292,7 @@ def _scorer_calls(
                 cost_low=low,
                 cost_high=high,
                 notes=notes,
+                pending=len(guessed),
             )
         )
     return out

@@ -114,6 +114,7 @@ def _jsonl_samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
         data = open(path, "rb")  # noqa: SIM115 (closed below, also when abandoned)
     except OSError as exc:
         raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
+
     def again() -> Iterator[tuple[int, dict[str, Any]]]:
         with open(path, "rb") as lines:
             yield from _jsonl_rows(where, lines)
@@ -126,7 +127,7 @@ def _jsonl_samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
 # json's C scanner, called directly: json.loads wraps it in two calls and two regex
 # matches a line, a third of reading a dataset (a run reads it twice: checked, then in
 # batches). A line it does not take whole goes through json.loads, for its error.
-_SCAN = json.JSONDecoder().scan_once
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _JSON_SPACE = " \t\n\r"
 
 

@@ -177,10 +177,6 @@ class RunPlan:
             self.loaded, self.dataset, self.model, items, self.scorers, self.builder, self.toolbox
         )
 
-    def whole(self) -> EvalPlan:
-        """Every item in one batch (a cost estimate, or a run small enough to hold)."""
-        return self.batch(list(self.dataset))
-
 
 def plan(
     loaded: LoadedSpec,

@@ -224,6 +224,7 @@ def test_tool_spec_errors_name_file_line_and_field(tmp_path: Path) -> None:
 def test_a_plain_request_keeps_its_key_beside_a_tool_spec(tmp_path: Path) -> None:
     """A spec without tools and with one user message keys exactly as a `prompt:` spec."""
     from gradetrail_lib.pipeline import plan
+    from tests.support.plans import whole
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "x.jsonl").write_text('{"id": "a", "q": "hi"}\n')
@@ -236,7 +237,7 @@ def test_a_plain_request_keeps_its_key_beside_a_tool_spec(tmp_path: Path) -> Non
     keys = []
     for name in ("p.yaml", "m.yaml"):
         loaded = load_spec(tmp_path / name)
-        keys.append(plan(loaded, loaded.spec.models[0]).whole().items[0].request.key)
+        keys.append(whole(plan(loaded, loaded.spec.models[0])).items[0].request.key)
     assert keys[0] == keys[1]
 
 

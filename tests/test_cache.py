@@ -13,6 +13,7 @@ from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.request import Endpoint, ModelRequest
 from gradetrail_lib.spec import load_spec
 from tests.conftest import write_spec
+from tests.support.plans import whole
 
 ENDPOINT = Endpoint("openai_compatible", "fake-1", "http://127.0.0.1:1/v1", None)
 
@@ -192,7 +193,7 @@ def test_look_up_of_a_plan_is_complete_only_when_every_distinct_key_is_cached(
     )
     write_spec(tmp_path / "x.yaml", base_url="http://127.0.0.1:1/v1", prompt="{{ q }}")
     loaded = load_spec(tmp_path / "x.yaml")
-    eval_plan = plan(loaded, loaded.spec.models[0]).whole()
+    eval_plan = whole(plan(loaded, loaded.spec.models[0]))
     keys = eval_plan.request_keys()
     assert len(keys) == 3
     cache = ResponseCache(tmp_path / "c.duckdb")

@@ -10,6 +10,7 @@ from gradetrail_lib.hashing import canonical_json, hash_json
 from gradetrail_lib.pipeline import plan
 from gradetrail_lib.request import key_base_url, request_key, request_keyer, request_params
 from gradetrail_lib.spec import LoadedSpec, ModelConfig, Params, Spec, load_spec
+from tests.support.plans import whole
 
 # The documented canonical form (request.py / hashing.py), written out by hand: keys sorted,
 # "," and ":" separators, non-ASCII kept, 0.0 written as a float.
@@ -115,12 +116,12 @@ def loaded(spec_dir: Path, **changes: Any) -> LoadedSpec:
 
 
 def keys(spec: LoadedSpec, model: ModelConfig | None = None) -> list[str]:
-    return [item.request.key for item in plan(spec, model or spec.spec.models[0]).whole().items]
+    return [item.request.key for item in whole(plan(spec, model or spec.spec.models[0])).items]
 
 
 def test_planned_key_is_request_key_of_the_rendered_request(spec_dir):
     spec = loaded(spec_dir)
-    items = plan(spec, spec.spec.models[0]).whole().items
+    items = whole(plan(spec, spec.spec.models[0])).items
     assert [i.sample.id for i in items] == ["a", "b"]
     expected = request_key(
         "openai_compatible",

@@ -23,6 +23,7 @@ from gradetrail_lib.scorers.regex import compile_pattern, literal_text
 from gradetrail_lib.spec import AnyScorer, LoadedSpec, Spec
 from gradetrail_lib.trace import SCHEMA_VERSION, TraceRecord
 from tests.conftest import write_spec
+from tests.support.plans import whole
 
 DATASET = "data/x.jsonl"
 _CONFIG = TypeAdapter(AnyScorer)
@@ -454,7 +455,7 @@ def test_score_all_marks_only_the_sample_whose_scorer_raised(tmp_path):
             "scorer": {"type": "json_schema", "field": "schema"},
         }
     )
-    the_plan = plan(LoadedSpec(spec=spec, path=tmp_path / "s.yaml"), spec.models[0]).whole()
+    the_plan = whole(plan(LoadedSpec(spec=spec, path=tmp_path / "s.yaml"), spec.models[0]))
     key = {item.sample.id: item.request.key for item in the_plan.items}
     responses = Responses()
     responses.responses[key["good"]] = response('{"a": 1}')

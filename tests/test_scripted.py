@@ -10,6 +10,7 @@ from gradetrail_lib import run_spec
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.pipeline import plan
 from gradetrail_lib.spec import load_spec
+from tests.support.plans import whole
 
 
 def project(tmp_path: Path, model: str) -> Path:
@@ -47,7 +48,7 @@ def test_a_fixed_text_and_its_key(tmp_path: Path) -> None:
     # The answer is what the "model" says, so it is in the key: another text, other keys.
     other = project(tmp_path, "{provider: scripted, name: parrot, text: Rome}")
     keys = {
-        i.request.key for i in plan(load_spec(other), load_spec(other).spec.models[0]).whole().items
+        i.request.key for i in whole(plan(load_spec(other), load_spec(other).spec.models[0])).items
     }
     assert keys.isdisjoint({r.target.request_key for r in done.records if r.target})
 

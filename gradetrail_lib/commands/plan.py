@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.cost_plan import ModelPlan, estimate, format_plan, total_worst_case
-from gradetrail_lib.pipeline import look_up, plan
+from gradetrail_lib.cost_plan import ModelPlan, estimate_run, format_plan, total_worst_case
+from gradetrail_lib.pipeline import plan
 from gradetrail_lib.pricing import format_usd, load_prices
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 from gradetrail_lib.spec import load_spec
@@ -39,14 +39,12 @@ def plan_command(args: argparse.Namespace) -> int:
     loaded = load_spec(args.spec).with_repeats(args.repeats)
     spec = loaded.spec
     models = [spec.model_named(args.model)] if args.model else list(spec.models)
-    plans = [plan(loaded, m).whole() for m in models]
+    plans = [plan(loaded, m) for m in models]
     path: Path = args.cache
     # A cache that does not exist yet is empty; opening it would create the file.
     cache = ResponseCache(path) if path.exists() else None
     prices = load_prices()
-    estimates: list[ModelPlan] = [
-        estimate(p, look_up(p, cache) if cache is not None else None, cache, prices) for p in plans
-    ]
+    estimates: list[ModelPlan] = [estimate_run(p, cache, prices) for p in plans]
     worst = total_worst_case(estimates)
     if args.json:
         body = {

@@ -17,9 +17,9 @@ from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.cost_plan import check_max_cost, estimate
+from gradetrail_lib.cost_plan import check_max_cost, estimate_run
 from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UnknownModel, UsageError
-from gradetrail_lib.pipeline import RunPlan, load_spec_dataset, look_up, plan
+from gradetrail_lib.pipeline import RunPlan, load_spec_dataset, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.run import resolve_model, run_model, spec_files, split_model
 from gradetrail_lib.settings import DEFAULT_WORKERS, DEFAULTS, cli_settings
@@ -154,20 +154,9 @@ def run_command(args: argparse.Namespace) -> int:
     backend = make_backend(args)
     cache = ResponseCache(args.cache)
     if args.max_cost is not None:  # before any call
-        scorer_cache = None if args.no_cache else cache
-        check_max_cost(
-            [
-                estimate(
-                    whole,
-                    None if args.no_cache else look_up(whole, cache),
-                    scorer_cache,
-                    load_prices(),
-                )
-                for job in jobs
-                for whole in (p.whole() for p in job.plans)
-            ],
-            args.max_cost,
-        )
+        read = None if args.no_cache else cache
+        estimates = [estimate_run(p, read, load_prices()) for job in jobs for p in job.plans]
+        check_max_cost(estimates, args.max_cost)
     exits = []
     with backend.session():  # one Ray cluster for every spec and model, not one each
         for job in jobs:

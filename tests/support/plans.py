@@ -1,0 +1,7 @@
+"""A run's plan in one batch, for tests that look at every request of a small run."""
+
+from gradetrail_lib.pipeline import EvalPlan, RunPlan
+
+
+def whole(plan: RunPlan) -> EvalPlan:
+    return plan.batch(list(plan.dataset))
