@@ -32,6 +32,7 @@ from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.records import Scoring
 from gradetrail_lib.request import ModelRequest
 from gradetrail_lib.rundir import RESULTS_FILE, RunDirWriter, build_manifest
+from gradetrail_lib.settings import DEFAULTS
 from gradetrail_lib.spec import LoadedSpec, Spec, load_spec
 from gradetrail_lib.summary import RunSummary, summarize
 from gradetrail_lib.telemetry import start_run
@@ -371,10 +372,10 @@ def run_spec(
     *,
     models: Sequence[str | ModelConfig] | None = None,
     base_dir: Path | str | None = None,
-    results_root: Path | str = "results",
+    results_root: Path | str = DEFAULTS.results,
     cache: Path | str | None = None,
-    backend: str = "local",
-    concurrency: int = 8,
+    backend: str = DEFAULTS.backend,
+    concurrency: int | str = DEFAULTS.concurrency,
     read_cache: bool = True,
     repeats: int | None = None,
 ) -> list[CompletedRun]:

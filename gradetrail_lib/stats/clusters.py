@@ -35,7 +35,6 @@ from gradetrail_lib.stats.intervals import (
     proportion,
 )
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, ProportionMethod
-from gradetrail_lib.trace import TraceRecord
 
 T = TypeVar("T")
 CLUSTER = "cluster-"
@@ -47,20 +46,6 @@ def group_by(items: Iterable[T], key: Any) -> list[list[T]]:
     for item in items:
         groups.setdefault(key(item), []).append(item)
     return list(groups.values())
-
-
-def repeated(records: Iterable[TraceRecord]) -> bool:
-    """Whether any record is a repeat (1..N-1) of its case: without, every case has one
-    record (a dataset's ids are unique), and nothing need be grouped."""
-    return any(r.repeat for r in records)
-
-
-def by_case(records: Iterable[TraceRecord]) -> list[list[TraceRecord]]:
-    """The records of each case (sample id) together, in first-seen order."""
-    records = list(records)
-    if not repeated(records):
-        return [[r] for r in records]
-    return group_by(records, lambda r: r.id)
 
 
 def is_clustered(groups: Sequence[Sequence[Any]]) -> bool:
