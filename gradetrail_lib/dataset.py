@@ -15,6 +15,7 @@ import decimal
 import hashlib
 import json
 import uuid
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -224,8 +225,7 @@ def _samples_of(
     (in a table, where every row has every column, an empty (null) id is a missing one).
     Uniqueness is checked when `check` is set, through the ids' hashes (8 bytes an id,
     not the ids); a hash seen twice is looked at again, so only true duplicates fail."""
-    seen: set[int] = set()
-    twice: set[int] = set()
+    hashes = array("q")
     count = 0
     for number, obj in rows:
         if "id" not in obj or (tabular and obj["id"] is None):
@@ -237,16 +237,29 @@ def _samples_of(
         if not sample_id:
             raise InputError(where, number, "id", "must not be empty")
         if check:
-            hashed = hash(sample_id)
-            if hashed in seen:
-                twice.add(hashed)
-            seen.add(hashed)
+            hashes.append(hash(sample_id))
         count += 1
         yield Sample(id=sample_id, fields=obj, line=number)
     if count == 0:
         raise InputError(where, None, None, "dataset has no samples")
+    twice = _repeated(hashes)
     if twice:
         _first_duplicate(where, again(), unit, twice)
+
+
+def _repeated(hashes: "array[int]") -> set[int]:
+    """The values that occur more than once: through a set for up to 200,000 of them,
+    beyond that by sorting them with numpy (8 bytes a value, not a set's ~70)."""
+    if len(hashes) <= 200_000:
+        seen: set[int] = set()
+        twice: set[int] = set()
+        for h in hashes:
+            (twice if h in seen else seen).add(h)
+        return twice
+    import numpy as np
+
+    ordered = np.sort(np.frombuffer(hashes, dtype=np.int64))
+    return {int(h) for h in ordered[1:][ordered[1:] == ordered[:-1]]}
 
 
 def _first_duplicate(

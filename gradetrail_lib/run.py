@@ -182,7 +182,7 @@ def run_model(
                 assert scoring is not None
                 started = time.perf_counter()
                 records = scoring.finish(responses).records
-                totals.add_all(records)
+                totals.add_batch(records)
                 spans.records(records)
                 timings["scoring"] += time.perf_counter() - started
                 out.write(records)

@@ -26,7 +26,12 @@ class CallCounter:
     errors, tokens, the cost of every answered call and of this run's own. A cost that
     is unknown (no price) makes its total unknown: a partial sum would understate it."""
 
+    # The distinct keys sent in the batch going on, and those sent in earlier batches: a
+    # key is sent once a batch (its samples share the answer) and a later batch finds it
+    # in the cache, so only a batch's keys need to be held (a run without the cache that
+    # sends a key in two batches sent it twice).
     sent: set[str] = field(default_factory=set)
+    sent_before: int = 0
     cache_hits: int = 0
     errors: int = 0
     input_tokens: int = 0
@@ -49,9 +54,13 @@ class CallCounter:
         if not call.cache_hit:
             self.paid = None if cost is None or self.paid is None else self.paid + cost
 
+    def end_batch(self) -> None:
+        self.sent_before += len(self.sent)
+        self.sent.clear()
+
     def totals(self) -> CallTotals:
         return CallTotals(
-            calls=len(self.sent),
+            calls=self.sent_before + len(self.sent),
             cache_hits=self.cache_hits,
             errors=self.errors,
             input_tokens=self.input_tokens,
@@ -87,6 +96,9 @@ class RunTotals:
         # Per scorer, per record: the score, NaN where unscored; and the scorer errors.
         self._scores = {name: array("d") for name in self.scorers}
         self.errors = {name: 0 for name in self.scorers}
+        # Per scorer, its errors by kind (scorer_error, judge_error, ...).
+        self.error_kinds: dict[str, Counter[str]] = {name: Counter() for name in self.scorers}
+        self.answered = 0  # records with a response
         # Per record, its case's number: a case's records come one after another.
         self._case = array("l")
         self._last_id: str | None = None
@@ -94,6 +106,8 @@ class RunTotals:
         self.repeated = False
         self.target = CallCounter()
         self.judge = CallCounter()
+        # The judge calls of each scorer (a call's `scorer`), as `judge` counts them all.
+        self.judges: dict[str, CallCounter] = {}
         self.target_calls = 0  # each step of an agent's case is one
         # Seconds per answered target call (a cache hit keeps the latency it was paid at).
         self.latencies = array("d")
@@ -116,6 +130,14 @@ class RunTotals:
         totals.add_all(listed)
         return totals
 
+    def add_batch(self, records: Iterable[TraceRecord]) -> None:
+        """A batch of a run's records (see `CallCounter.sent`)."""
+        self.add_all(records)
+        self.target.end_batch()
+        self.judge.end_batch()
+        for counter in self.judges.values():
+            counter.end_batch()
+
     def add_all(self, records: Iterable[TraceRecord]) -> None:
         for record in records:
             self.add(record)
@@ -136,6 +158,7 @@ class RunTotals:
         if record.repeat:
             self.repeated = True
         answered = record.response is not None
+        self.answered += answered
         scores = record.scores
         for name in self.scorers:
             entry = scores.get(name)
@@ -144,6 +167,7 @@ class RunTotals:
                 continue
             if entry.error is not None:
                 self.errors[name] += 1
+                self.error_kinds[name][entry.error] += 1
             score = entry.score
             self._scores[name].append(score if score is not None and answered else NAN)
         for call in record.calls:
@@ -156,6 +180,15 @@ class RunTotals:
                     self.served.add(call.served_model)
             else:
                 self.judge.add(call)
+                if call.scorer is not None:
+                    self.judge_of(call.scorer).add(call)
+
+    def judge_of(self, scorer: str) -> CallCounter:
+        """The judge calls of one scorer (none counted yet: an empty counter)."""
+        counter = self.judges.get(scorer)
+        if counter is None:
+            counter = self.judges[scorer] = CallCounter()
+        return counter
 
     # -- what the statistics read
 

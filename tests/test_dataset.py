@@ -170,3 +170,18 @@ def test_integer_ids_become_strings(tmp_path):
     assert all(isinstance(s.id, str) for s in dataset.samples)
     # The fields keep the value as written.
     assert dataset.samples[0].fields["id"] == 1
+
+
+def test_a_duplicate_id_among_many_is_found_and_named(tmp_path):
+    """Past 200,000 ids the check sorts their hashes (not a set of them): a repeated id
+    is still found, with the line of its first use."""
+    path = tmp_path / "big.jsonl"
+    lines = [f'{{"id": "s{i}"}}\n' for i in range(200_050)]
+    lines.append('{"id": "s123456"}\n')
+    path.write_text("".join(lines))
+    err = load_error(path, "data/big.jsonl")
+    assert (err.line, err.field) == (200_051, "id")
+    assert err.message == "duplicate id 's123456' (first on line 123457)"
+    lines[-1] = '{"id": "fresh"}\n'
+    path.write_text("".join(lines))
+    assert len(load_dataset(path).samples) == 200_051
