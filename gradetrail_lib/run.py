@@ -2,8 +2,7 @@
 The CLI, `run_spec` and the Dagster assets share it."""
 
 import time
-from collections.abc import Iterator, Mapping, Sequence, Set
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -12,7 +11,8 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from gradetrail_lib.backends.base import Backend, ResultCallback
+from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
@@ -30,7 +30,6 @@ from gradetrail_lib.pipeline import (
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.records import Scoring
-from gradetrail_lib.request import ModelRequest
 from gradetrail_lib.rundir import RESULTS_FILE, RunDirWriter, build_manifest
 from gradetrail_lib.settings import DEFAULTS
 from gradetrail_lib.spec import LoadedSpec, Spec, load_spec
@@ -57,35 +56,6 @@ class CompletedRun:
         return list(iter_records(self.run_dir / RESULTS_FILE))
 
 
-class NotSent:
-    """The backend of a step that must not call the target (Dagster's scores, after
-    responses ran): a request the cache does not answer gets the error the responses
-    step had for it, or "no response"."""
-
-    name = "none"
-    concurrency = 1
-
-    def __init__(self, errors: Mapping[str, ProviderError]) -> None:
-        self.errors = errors
-
-    def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
-        for request in requests:
-            error = self.errors.get(request.key)
-            on_result(request, error or ProviderError("fatal", "no response (not sent)"))
-
-    def prepare(self) -> None:
-        pass
-
-    def session(self) -> AbstractContextManager[None]:
-        return nullcontext()
-
-    def limited(self, max_concurrency: int) -> "NotSent":
-        return self
-
-    def describe(self) -> dict[str, object]:
-        return {}
-
-
 def _offset(progress: Progress | None, done: int, total: int) -> Progress | None:
     """A batch's progress as the run's."""
     if progress is None:
@@ -101,7 +71,7 @@ def _batches(
     read_cache: bool,
     timings: dict[str, float],
     progress: Progress | None,
-    scoring_for: Any = None,
+    scoring_for: Callable[[EvalPlan], Scoring] | None = None,
     batch_samples: int = BATCH_SAMPLES,
 ) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
     """Each batch of the plan with its responses (looked up, then the misses sent), the
