@@ -99,8 +99,9 @@ class RunTotals:
         # Per scorer, its errors by kind (scorer_error, judge_error, ...).
         self.error_kinds: dict[str, Counter[str]] = {name: Counter() for name in self.scorers}
         self.answered = 0  # records with a response
-        # Per record, its case's number: a case's records come one after another.
-        self._case = array("l")
+        # Per record, its case's number (a case's records come one after another); only
+        # once a case has a second record: until then a record's case is its position.
+        self._case: array[int] | None = None
         self._last_id: str | None = None
         self.cases = 0
         self.repeated = False
@@ -149,12 +150,16 @@ class RunTotals:
             self.failure_modes[record.failure_mode] += 1
         if record.truncated:
             self.truncated += 1
-        if record.id != self._last_id:
+        new_case = record.id != self._last_id
+        if new_case:
             self.cases += 1
             self._last_id = record.id
             if self.case_ids is not None:
                 self.case_ids.append(record.id)
-        self._case.append(self.cases - 1)
+        if self._case is None and not new_case:
+            self._case = array("l", range(self.samples - 1))
+        if self._case is not None:
+            self._case.append(self.cases - 1)
         if record.repeat:
             self.repeated = True
         answered = record.response is not None
@@ -211,17 +216,20 @@ class RunTotals:
         """Whether some case has more than one record (then intervals resample cases)."""
         return self.repeated and self.cases < self.samples
 
+    def _cases(self) -> Sequence[int]:
+        return self._case if self._case is not None else range(self.samples)
+
     def case_passes(self, scorer: str, threshold: float = DEFAULT_THRESHOLD) -> list[list[bool]]:
         """Per case, each record's pass (an unscored record fails)."""
         groups: list[list[bool]] = [[] for _ in range(self.cases)]
-        for case, score in zip(self._case, self._scores[scorer], strict=True):
+        for case, score in zip(self._cases(), self._scores[scorer], strict=True):
             groups[case].append(score >= threshold)
         return groups
 
     def case_scores(self, scorer: str) -> list[list[float]]:
         """Per case, its scored records' scores (empty for a case with none scored)."""
         groups: list[list[float]] = [[] for _ in range(self.cases)]
-        for case, score in zip(self._case, self._scores[scorer], strict=True):
+        for case, score in zip(self._cases(), self._scores[scorer], strict=True):
             if score == score:
                 groups[case].append(score)
         return groups
