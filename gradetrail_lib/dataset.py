@@ -19,6 +19,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -248,18 +249,10 @@ def _samples_of(
 
 
 def _repeated(hashes: "array[int]") -> set[int]:
-    """The values that occur more than once: through a set for up to 200,000 of them,
-    beyond that by sorting them with numpy (8 bytes a value, not a set's ~70)."""
-    if len(hashes) <= 200_000:
-        seen: set[int] = set()
-        twice: set[int] = set()
-        for h in hashes:
-            (twice if h in seen else seen).add(h)
-        return twice
-    import numpy as np
-
-    ordered = np.sort(np.frombuffer(hashes, dtype=np.int64))
-    return {int(h) for h in ordered[1:][ordered[1:] == ordered[:-1]]}
+    """The values that occur more than once, found by sorting them (a list of them for
+    a moment, while the dataset is checked, rather than a set of them for the run)."""
+    ordered = sorted(hashes)
+    return {a for a, b in zip(ordered, islice(ordered, 1, None), strict=False) if a == b}
 
 
 def _first_duplicate(

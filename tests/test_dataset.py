@@ -173,7 +173,7 @@ def test_integer_ids_become_strings(tmp_path):
 
 
 def test_a_duplicate_id_among_many_is_found_and_named(tmp_path):
-    """Past 200,000 ids the check sorts their hashes (not a set of them): a repeated id
+    """Among many ids (their hashes sorted, not held in a set), a repeated id
     is still found, with the line of its first use."""
     path = tmp_path / "big.jsonl"
     lines = [f'{{"id": "s{i}"}}\n' for i in range(200_050)]
