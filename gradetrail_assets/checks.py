@@ -14,13 +14,12 @@
   (`budget_exhausted`), over all samples, under the threshold.
 """
 
-from collections.abc import Sequence
-
 import dagster as dg
 
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib.summary import RunSummary
-from gradetrail_lib.trace import AGENT_STOPS, Manifest, TraceRecord
+from gradetrail_lib.totals import RunTotals
+from gradetrail_lib.trace import AGENT_STOPS, Manifest
 
 # Where Dagster stores an asset materialization's data version (dagster._core's
 # DATA_VERSION_TAG, not exported at the top level).
@@ -71,14 +70,14 @@ def _rate(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def judge_error_rates(
-    records: Sequence[TraceRecord], manifest: Manifest
-) -> dict[str, dict[str, float | int]]:
-    """Per judge scorer (and any other scorer that reported a judge error)."""
-    answered = sum(r.answered for r in records)
+def judge_error_rates(totals: RunTotals, manifest: Manifest) -> dict[str, dict[str, float | int]]:
+    """Per judge scorer (and any other scorer that reported a judge error), from the
+    run's totals (no record held)."""
+    answered = totals.answered
     rates: dict[str, dict[str, float | int]] = {}
     for info in manifest.scorers:
-        errors = sum(r.error_of(info.name) == "judge_error" for r in records)
+        kinds = totals.error_kinds.get(info.name)
+        errors = kinds["judge_error"] if kinds is not None else 0
         if info.type == "judge" or errors:
             rates[info.name] = {
                 "errors": errors,
@@ -141,7 +140,7 @@ def agent_stop_check(summary: RunSummary, settings: GradetrailResource) -> dg.As
 
 
 def score_checks(
-    records: Sequence[TraceRecord],
+    totals: RunTotals,
     summary: RunSummary,
     manifest: Manifest,
     settings: GradetrailResource,
@@ -153,7 +152,7 @@ def score_checks(
     errors = summary.outcomes.get("provider_error", 0)
     truncated = summary.failure_modes.get("truncated", 0)
     error_rate, truncation_rate = _rate(errors, n), _rate(truncated, n)
-    judges = judge_error_rates(records, manifest)
+    judges = judge_error_rates(totals, manifest)
     worst = max(judges.items(), key=lambda kv: kv[1]["rate"], default=None)
     worst_rate = float(worst[1]["rate"]) if worst else 0.0
     limit = settings.max_judge_error_rate

@@ -18,6 +18,7 @@ from dagster_duckdb import DuckDBResource
 from gradetrail_assets.checks import check_specs, latest_data_version, score_checks
 from gradetrail_assets.leaderboard import build_leaderboard, leaderboard_metadata
 from gradetrail_assets.metadata import (
+    FirstFailures,
     responses_metadata,
     scores_metadata,
     stats_metadata,
@@ -35,13 +36,15 @@ from gradetrail_assets.tables import (
 )
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.identity import scorer_hash, spec_requests_hash
-from gradetrail_lib.pipeline import RunPlan, load_spec_dataset, plan
+from gradetrail_lib.pipeline import BATCH_SAMPLES, RunPlan, load_spec_dataset, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.report import write_report
 from gradetrail_lib.run import FetchedRun, fetch_run, run_model
+from gradetrail_lib.rundir import RESULTS_FILE
 from gradetrail_lib.runs import load_run
 from gradetrail_lib.spec import LoadedSpec
 from gradetrail_lib.stats import run_stats
+from gradetrail_lib.trace import iter_records
 
 DB_POOL = "gradetrail_duckdb"
 STEPS = ("dataset", "responses", "scores", "stats", "report")
@@ -99,10 +102,12 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     )
     def dataset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]
         loaded_dataset = load_spec_dataset(loaded)
+        # Every row checked as it is read, none kept (`len` would hold every sample).
+        samples = sum(1 for _ in loaded_dataset.validated())
         return dg.MaterializeResult(
             data_version=dg.DataVersion(loaded_dataset.content_hash),
             metadata={
-                "samples": dg.MetadataValue.int(len(loaded_dataset)),
+                "samples": dg.MetadataValue.int(samples),
                 "content_hash": dg.MetadataValue.text(loaded_dataset.content_hash),
                 "path": dg.MetadataValue.path(str(loaded_dataset.path)),
             },
@@ -170,9 +175,15 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             f"judge calls: {judge.calls} sent, {judge.cache_hits} cache hits, "
             f"{judge.errors} errors; no target call (responses made them)"
         )
+        # The table's rows from the records as the run directory holds them, a batch at
+        # a time (none of the run's records in memory), the failures shown kept on the way.
+        failures = FirstFailures()
         rebuilt = replace_partition(
             duckdb, "scores", SCORE_COLUMNS, spec.name, partition,
-            score_rows(spec.name, partition, done.manifest, done.records),
+            lambda: score_rows(
+                spec.name, partition, done.manifest,
+                failures.watch(iter_records(done.run_dir / RESULTS_FILE)),
+            ),
         )  # fmt: skip
         if rebuilt:
             context.log.warning("the scores table had an older layout; it was rebuilt")
@@ -189,12 +200,12 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
                 )
             ),
             metadata=scores_metadata(
-                done.summary, done.records, done.manifest, str(done.run_dir), agent=agent
+                done.summary, failures.records, done.manifest, str(done.run_dir), agent=agent
             ),
         )
         dataset_version = latest_data_version(context.instance, keys["dataset"], partition)
         yield from score_checks(
-            done.records, done.summary, done.manifest, gradetrail, dataset_version, agent=agent
+            done.totals, done.summary, done.manifest, gradetrail, dataset_version, agent=agent
         )
 
     @dg.asset(
@@ -211,11 +222,12 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         context: dg.AssetExecutionContext, duckdb: DuckDBResource, scores: str
     ) -> dg.Output[str]:
         run = load_run(Path(scores))
-        records = run.records
-        figures = {name: run_stats(records, name) for name in run.manifest.scorer_names}
+        # Its records streamed once, none held, each batch's calls counted as the run did.
+        totals = run.totals(BATCH_SAMPLES * run.manifest.repeats)
+        figures = {name: run_stats(totals, name) for name in run.manifest.scorer_names}
         rebuilt = replace_partition(
             duckdb, "stats", STATS_COLUMNS, spec.name, context.partition_key,
-            stats_rows(spec.name, context.partition_key, run, figures),
+            stats_rows(spec.name, context.partition_key, run, figures, totals),
         )  # fmt: skip
         if rebuilt:
             context.log.warning("the stats table had an older layout; it was rebuilt")
@@ -229,7 +241,13 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
                     }
                 )
             ),
-            metadata=stats_metadata(figures, run.manifest.primary_scorer, agent=agent),
+            metadata=stats_metadata(
+                figures,
+                run.manifest.primary_scorer,
+                target=totals.target.totals(),
+                judge=totals.judge.totals(),
+                agent=agent,
+            ),
         )
 
     @dg.asset(

@@ -4,10 +4,12 @@ Every scorer's figures are shown, the primary one first; the target's calls (mad
 `responses` asset) and the judges' calls (made by the `scores` asset) are shown apart.
 Figures per scorer are also flat numbers keyed `<figure>[<scorer>]`, so the UI can plot
 each across materializations, and so is each failure mode's count (`failures_<mode>`,
-zeros included; an agent's modes only for a spec with tools).
+zeros included; an agent's modes only for a spec with tools), and so are the costs
+(`cost_usd`, `cost_paid_usd`, `judge_cost_usd`, `judge_cost_paid_usd`) beside their text.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import dagster as dg
@@ -81,15 +83,48 @@ def _calls_line(label: str, totals: CallTotals) -> str:
     )
 
 
+def cost_metadata(target: CallTotals, judge: CallTotals) -> dict[str, Any]:
+    """The costs as numbers, which Dagster plots over materializations: the target's
+    (`cost_usd`: every answered call, a cache hit at what it cost; `cost_paid_usd`: this
+    run's own calls) and the judges' (`judge_cost_usd`, `judge_cost_paid_usd`). A cost
+    that is unknown (a price missing from the price list) is left out, not shown as 0."""
+    costs = {
+        "cost_usd": target.cost_usd,
+        "cost_paid_usd": target.cost_paid_usd,
+        "judge_cost_usd": judge.cost_usd,
+        "judge_cost_paid_usd": judge.cost_paid_usd,
+    }
+    return {name: dg.MetadataValue.float(usd) for name, usd in costs.items() if usd is not None}
+
+
+class FirstFailures:
+    """The first failed records of a stream, kept as the stream passes through (the
+    scores table reads the run's records once, and the metadata shows these)."""
+
+    def __init__(self, limit: int = FAILURES_SHOWN) -> None:
+        self.limit = limit
+        self.records: list[TraceRecord] = []
+
+    def watch(self, records: Iterable[TraceRecord]) -> Iterator[TraceRecord]:
+        """`records` as they come; a stream watched again (a retry) starts afresh."""
+        self.records = []
+        for record in records:
+            if record.failure_mode and len(self.records) < self.limit:
+                self.records.append(record)
+            yield record
+
+
 def scores_metadata(
     summary: RunSummary,
-    records: Sequence[TraceRecord],
+    records: Iterable[TraceRecord],
     manifest: Manifest,
     run_dir: str,
     *,
     agent: bool = False,
 ) -> dict[str, Any]:
-    """`agent`: the spec has tools (its failure modes are counted, its steps shown)."""
+    """`records`: the run's, or any that hold its first failures (`FirstFailures`); a
+    stream is read until `FAILURES_SHOWN` failures are found. `agent`: the spec has tools
+    (its failure modes are counted, its steps shown)."""
     primary = manifest.primary_scorer
     scorer_lines = "\n".join(
         f"| {name}{' (primary)' if name == primary else ''} | {f.type} | {f.scored}/{f.n} "
@@ -100,7 +135,7 @@ def scores_metadata(
     mode_lines = "\n".join(
         f"| {k} | {v} |" for k, v in failure_counts(summary.failure_modes, agent).items()
     )
-    failures = [r for r in records if r.failure_mode][:FAILURES_SHOWN]
+    failures = list(islice((r for r in records if r.failure_mode), FAILURES_SHOWN))
     steps_head, steps_rule = (" steps |", "---|") if agent else ("", "")
     failure_lines = "\n".join(
         f"| {r.id} | {r.failure_mode} |{f' {len(r.trajectory)} |' if agent else ''} "
@@ -144,6 +179,7 @@ def scores_metadata(
         "judge_output_tokens": dg.MetadataValue.int(judge.output_tokens),
         "judge_cost": dg.MetadataValue.text(format_usd(judge.cost_usd)),
         "judge_cost_paid": dg.MetadataValue.text(format_usd(judge.cost_paid_usd)),
+        **cost_metadata(target, judge),
         "identity": dg.MetadataValue.text(manifest.identity),
         "scorer_hash": dg.MetadataValue.text(manifest.scorer_hash),
         "dataset_hash": dg.MetadataValue.text(manifest.dataset.hash),
@@ -175,9 +211,15 @@ def _stats_lines(name: str, figures: RunStats, primary: bool) -> list[str]:
 
 
 def stats_metadata(
-    figures: dict[str, RunStats], primary: str, *, agent: bool = False
+    figures: dict[str, RunStats],
+    primary: str,
+    *,
+    target: CallTotals,
+    judge: CallTotals,
+    agent: bool = False,
 ) -> dict[str, Any]:
-    """`figures` per scorer; the plain `pass_rate` figures are the primary scorer's."""
+    """`figures` per scorer; the plain `pass_rate` figures are the primary scorer's, and
+    the costs (`cost_usd`, ...) beside them are the target's and the judges' calls'."""
     main = figures[primary]
     lines: list[str] = []
     for name, stats in figures.items():
@@ -201,6 +243,7 @@ def stats_metadata(
         "outcomes": dg.MetadataValue.json(main.outcomes),
         **_failure_metadata(main.failure_modes, agent),
         "cost": dg.MetadataValue.text(format_usd(main.cost_usd)),
+        **cost_metadata(target, judge),
         "cache_hits": dg.MetadataValue.int(main.cache_hits),
         "stats": dg.MetadataValue.json({name: s.to_json() for name, s in figures.items()}),
     }

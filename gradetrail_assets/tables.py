@@ -3,20 +3,46 @@
 `scores` holds one row per (sample, scorer), `stats` one row per scorer, each with the
 scorer's name and whether it is the spec's primary scorer; a table written by an older
 gradetrail (other columns) is derived data and is rebuilt when next written.
+
+A partition's rows come as a stream (`score_rows` over the records read from the run
+directory) and go in `INSERT_ROWS` at a time, so a run of any size holds one batch of
+rows; the delete and every insert are still one transaction, during which DuckDB's own
+memory is capped (`TABLE_MEMORY_LIMIT`).
 """
 
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import suppress
+from itertools import islice
 from typing import Any
 
 import duckdb
 from dagster_duckdb import DuckDBResource
+from duckdb import Error as DuckDBError
+from duckdb import OutOfMemoryException, TransactionException
 
 from gradetrail_lib.duckdb_rows import Column, insert_rows
 from gradetrail_lib.pricing import sum_costs
 from gradetrail_lib.runs import Run
 from gradetrail_lib.stats import RunStats
-from gradetrail_lib.totals import call_totals
+from gradetrail_lib.totals import RunTotals
 from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
+
+# Rows per INSERT: each column's values of one batch are a list (`insert_rows`), which
+# DuckDB converts whole (measured, 1,000,000 rows under the limit below: a peak 34 MB
+# higher at 8,192 rows a batch than at 2,048, and no faster).
+INSERT_ROWS = 2_048
+# DuckDB's memory while a partition's rows go in: an open transaction keeps its rows in
+# memory up to the limit (80 % of RAM by default) and spills the rest to the database's
+# temporary folder. Measured (DuckDB 2.0.1, the scores table's columns, a process at
+# 113 MB before): 100,000 rows with 1 KB reasons peaked at 414 MB without it, 179 MB
+# with it; 1,000,000 short rows at 362 MB without it, 164 MB with it. A transaction that
+# cannot fit in it (100,000 rows with 8 KB reasons did not) is tried again without it.
+TABLE_MEMORY_LIMIT = "32MB"
+
+Rows = Iterable[Sequence[Any]]
+
+log = logging.getLogger("gradetrail_assets")
 
 # `primary` is an SQL keyword: the name is quoted wherever it is written.
 PRIMARY = '"primary"'
@@ -79,27 +105,68 @@ def replace_partition(
     columns: Sequence[Column],
     spec: str,
     model: str,
-    rows: Sequence[Sequence[Any]],
+    rows: Rows | Callable[[], Rows],
+    *,
+    batch_rows: int | None = None,
+    memory_limit: str | None = TABLE_MEMORY_LIMIT,
 ) -> bool:
-    """Swap the rows of one (spec, model) partition in a single transaction. Returns
-    whether an older table of other columns was dropped first."""
+    """Swap the rows of one (spec, model) partition in a single transaction, the rows
+    taken from `rows` (a stream, or a function that gives one) `batch_rows` (default
+    `INSERT_ROWS`) at a time: a failure while they are read leaves the partition's old
+    rows. DuckDB's memory is capped at `memory_limit` meanwhile; when the transaction
+    cannot fit in it and `rows` is a function, it is done again without the cap, from
+    a new stream. Returns whether an older table of other columns was dropped first."""
+    stream = rows() if callable(rows) else rows
+    try:
+        return _replace(duckdb, table, columns, spec, model, stream, batch_rows, memory_limit)
+    except (OutOfMemoryException, TransactionException) as exc:
+        if memory_limit is None or not callable(rows):
+            raise
+        log.warning("the %s rows of %s/%s did not fit in %s (%s); again without the limit",
+                    table, spec, model, memory_limit, str(exc))  # fmt: skip
+        return _replace(duckdb, table, columns, spec, model, rows(), batch_rows, None)
+
+
+def _replace(
+    duckdb: DuckDBResource,
+    table: str,
+    columns: Sequence[Column],
+    spec: str,
+    model: str,
+    rows: Rows,
+    batch_rows: int | None,
+    memory_limit: str | None,
+) -> bool:
+    stream = iter(rows)
+    size = batch_rows or INSERT_ROWS
     with duckdb.get_connection() as connection:
-        rebuilt = _ensure_table(connection, table, columns)
-        connection.execute("BEGIN TRANSACTION")
         try:
+            rebuilt = _ensure_table(connection, table, columns)
+            if memory_limit is not None:
+                connection.execute(f"SET memory_limit = '{memory_limit}'")
+            connection.execute("BEGIN TRANSACTION")
             connection.execute(f"DELETE FROM {table} WHERE spec = ? AND model = ?", [spec, model])
-            insert_rows(connection, table, columns, rows)
+            while batch := list(islice(stream, size)):
+                insert_rows(connection, table, columns, batch)
             connection.execute("COMMIT")
         except BaseException:
-            connection.execute("ROLLBACK")
+            # (A COMMIT that failed has ended the transaction already.) The resource
+            # closes its connection only when the block ends without an exception.
+            with suppress(DuckDBError):
+                connection.execute("ROLLBACK")
+            connection.close()
             raise
+        if memory_limit is not None:
+            connection.execute("RESET memory_limit")
     return rebuilt
 
 
-def judge_totals(records: Iterable[TraceRecord], scorer: str | None = None) -> CallTotals:
-    """The judge calls of the records (of one scorer when named), counted as the run
-    summary counts them: distinct requests sent, cache hits, errors, tokens, cost."""
-    return call_totals(records, "judge", scorer)
+def judge_totals(totals: RunTotals, scorer: str | None = None) -> CallTotals:
+    """The judge calls of a run (of one scorer's when named), counted as the run summary
+    counts them: distinct requests sent, cache hits, errors, tokens, cost."""
+    if scorer is None:
+        return totals.judge.totals()
+    return totals.judge_of(scorer).totals()
 
 
 def _target_figures(record: TraceRecord) -> tuple[Any, ...]:
@@ -126,33 +193,29 @@ def _target_figures(record: TraceRecord) -> tuple[Any, ...]:
 
 
 def score_rows(
-    spec: str, model: str, manifest: Manifest, records: Sequence[TraceRecord]
-) -> list[tuple[Any, ...]]:
-    """One row per (sample, scorer), in record order and the spec's scorer order; the
-    target call's figures repeat on each of a sample's rows (an agent's: its calls'
-    totals), a judge's are its scorer's."""
+    spec: str, model: str, manifest: Manifest, records: Iterable[TraceRecord]
+) -> Iterator[tuple[Any, ...]]:
+    """One row per (sample, scorer), in record order and the spec's scorer order, as the
+    records come (a stream in, a stream out); the target call's figures repeat on each
+    of a sample's rows (an agent's: its calls' totals), a judge's are its scorer's."""
     primary = manifest.primary_scorer
     kinds = [(s.name, s.type) for s in manifest.scorers]
-    rows = []
     for r in records:
         target = _target_figures(r)
         for name, kind in kinds:
             entry = r.scores.get(name)
             judged = [c for c in r.calls if c.role == "judge" and c.scorer == name]
             judge_cost = sum_costs([c.cost_usd for c in judged if c.error is None])
-            rows.append(
-                (
-                    spec, model, manifest.identity, r.id, r.repeat, name, kind, name == primary,
-                    r.score_of(name), r.passes(name), entry.reason if entry else None,
-                    entry.error if entry else None, r.outcome, r.failure_mode,
-                    target[0], r.stop_reason, *target[1:], len(judged),
-                    sum(c.error is not None for c in judged),
-                    sum(c.input_tokens or 0 for c in judged),
-                    sum(c.output_tokens or 0 for c in judged),
-                    judge_cost if judged else None,
-                )
+            yield (
+                spec, model, manifest.identity, r.id, r.repeat, name, kind, name == primary,
+                r.score_of(name), r.passes(name), entry.reason if entry else None,
+                entry.error if entry else None, r.outcome, r.failure_mode,
+                target[0], r.stop_reason, *target[1:], len(judged),
+                sum(c.error is not None for c in judged),
+                sum(c.input_tokens or 0 for c in judged),
+                sum(c.output_tokens or 0 for c in judged),
+                judge_cost if judged else None,
             )  # fmt: skip
-    return rows
 
 
 def read_stats(duckdb: DuckDBResource, spec: str) -> list[dict[str, Any]]:
@@ -167,16 +230,16 @@ def read_stats(duckdb: DuckDBResource, spec: str) -> list[dict[str, Any]]:
 
 
 def stats_rows(
-    spec: str, model: str, run: Run, figures: dict[str, RunStats]
+    spec: str, model: str, run: Run, figures: dict[str, RunStats], totals: RunTotals
 ) -> list[tuple[Any, ...]]:
-    """One row per scorer, in the spec's order (the primary one first)."""
+    """One row per scorer, in the spec's order (the primary one first); `totals` are the
+    run's (`Run.totals`: its records streamed, none held)."""
     manifest = run.manifest
-    records = run.records
     rows = []
     for info in manifest.scorers:
         stats = figures[info.name]
         passing, mean = stats.pass_rate, stats.mean_score
-        judged = judge_totals(records, info.name)
+        judged = judge_totals(totals, info.name)
         scorer_errors = manifest.scores[info.name].errors if info.name in manifest.scores else None
         rows.append(
             (

@@ -4,10 +4,12 @@ say what is wrong with it (exit 2) instead of a traceback."""
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import islice
 from pathlib import Path
 
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.rundir import MANIFEST_FILE, RESULTS_FILE
+from gradetrail_lib.totals import RunTotals
 from gradetrail_lib.trace import Manifest, TraceRecord, iter_records, parse_manifest
 
 
@@ -34,6 +36,22 @@ class Run:
     @cached_property
     def records(self) -> list[TraceRecord]:
         return list(self)
+
+    def totals(self, batch_records: int | None = None) -> RunTotals:
+        """What the summary and the statistics need of its records, gathered as they are
+        read (a run directory holds them in plan order, each case's together): a few
+        bytes a record, not the records. `batch_records`: the records of one of the
+        run's batches (`pipeline.BATCH_SAMPLES` x repeats), counted batch by batch as
+        the run counted them, so that only a batch's sent keys are held."""
+        if self.loaded is not None:
+            return RunTotals.of(self.loaded, self.manifest.scorer_names)
+        totals = RunTotals(self.manifest.scorer_names)
+        records = iter(self)
+        while True:
+            counted = totals.samples
+            totals.add_batch(islice(records, batch_records))
+            if batch_records is None or totals.samples == counted:
+                return totals
 
     @property
     def label(self) -> str:

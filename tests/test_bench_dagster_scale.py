@@ -1,0 +1,27 @@
+"""`bench/bench_dagster_scale.py` at a small n, so that the bench keeps working: a cold
+materialization of the partition sends every sample, the fully cached one none, and
+each prints its peak memory."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+N = 300
+
+
+def test_the_dagster_scale_bench_prints_its_figures() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_dagster_scale", "--n", str(N)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = re.findall(
+        r"^  (cold|cached): +peak RSS (\d+) MB \(target <= 300\); wall [\d.]+ s; "
+        r"provider calls (\d+), cache hits (\d+)$",
+        done.stdout,
+        re.M,
+    )
+    assert [(f[0], int(f[2]), int(f[3])) for f in found] == [("cold", N, 0), ("cached", 0, N)]
+    assert all(int(f[1]) > 0 for f in found)
