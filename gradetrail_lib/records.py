@@ -7,7 +7,7 @@ arrive, so judging overlaps with sending) and by the Dagster scores asset (fed t
 responses asset's output at once)."""
 
 import asyncio
-from collections.abc import Awaitable, Set
+from collections.abc import Awaitable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +51,7 @@ class Scoring:
         *,
         read_cache: bool = True,
         prices: PriceList | None = None,
-        sent_before: Set[str] = frozenset(),
+        sent_before: Container[str] = frozenset(),
     ) -> None:
         """`sent_before`: target keys an earlier step of this run sent (Dagster's
         responses), found in the cache now but paid by this run."""

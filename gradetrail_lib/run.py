@@ -2,7 +2,7 @@
 The CLI, `run_spec` and the Dagster assets share it."""
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -18,6 +18,7 @@ from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
 from gradetrail_lib.history import HistoryEntry, record_run
 from gradetrail_lib.identity import batch_fingerprint
+from gradetrail_lib.keyset import KeySet
 from gradetrail_lib.pipeline import (
     BATCH_SAMPLES,
     EvalPlan,
@@ -120,7 +121,7 @@ def run_model(
     before: dict[str, float] | None = None,
     send_targets: bool = True,
     known_errors: Mapping[str, ProviderError] | None = None,
-    sent_before: Set[str] = frozenset(),
+    sent_before: Container[str] = frozenset(),
     batch_samples: int = BATCH_SAMPLES,
 ) -> CompletedRun:
     """One model of a spec, batch by batch: responses with the scorers' calls
@@ -182,7 +183,7 @@ class FetchedRun:
     errors: dict[str, ProviderError] = field(default_factory=dict)
     # The keys this step answered by calling the provider: a later step that reads them
     # from the cache records them as this run's calls (paid), not as cache hits.
-    sent: set[str] = field(default_factory=set)
+    sent: KeySet = field(default_factory=KeySet)
     input_tokens: int = 0
     output_tokens: int = 0
     wall_s: float = 0.0
@@ -219,7 +220,7 @@ def fetch_run(
         if responses.trajectories:
             cases = list(responses.trajectories.values())
             steps = [c for t in cases for c in t.calls]
-            fetched.sent.update(c.request.key for c in steps if not c.cache_hit)
+            fetched.sent.add(c.request.key for c in steps if not c.cache_hit)
             fetched.requests += len(steps)
             fetched.cache_hits += sum(c.cache_hit for c in steps)
             stopped = [t.stopped for t in cases]
@@ -234,7 +235,7 @@ def fetch_run(
         else:
             fetched.requests += len(batch.unique_requests)
             fetched.cache_hits += len(responses.cache_hits)
-            fetched.sent.update(k for k in responses.responses if k not in responses.cache_hits)
+            fetched.sent.add(k for k in responses.responses if k not in responses.cache_hits)
     fetched.wall_s = timings.get("cache_lookup", 0.0) + timings.get("responses", 0.0)
     fetched.fingerprint = digest.hexdigest()
     return fetched
