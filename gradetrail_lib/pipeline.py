@@ -9,7 +9,7 @@ written before the next is read, so a run's memory does not grow with its size.
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import islice
 from typing import Protocol
@@ -275,9 +275,11 @@ class Responses:
         if isinstance(outcome, ProviderError):
             self.errors[request.key] = outcome
             return False
-        self.responses[request.key] = outcome
         if writer is not None:
             writer.put(request, outcome)
+        # The provider's body goes to the cache only: kept here, a batch's bodies would
+        # be most of what a cold run holds.
+        self.responses[request.key] = replace(outcome, raw={}) if outcome.raw else outcome
         return True
 
 
