@@ -36,7 +36,7 @@ from gradetrail_assets.tables import (
 )
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.identity import scorer_hash, spec_requests_hash
-from gradetrail_lib.pipeline import BATCH_SAMPLES, RunPlan, load_spec_dataset, plan
+from gradetrail_lib.pipeline import RunPlan, batch_samples, load_spec_dataset, plan
 from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.report import write_report
 from gradetrail_lib.run import FetchedRun, fetch_run, run_model
@@ -223,7 +223,8 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     ) -> dg.Output[str]:
         run = load_run(Path(scores))
         # Its records streamed once, none held, each batch's calls counted as the run did.
-        totals = run.totals(BATCH_SAMPLES * run.manifest.repeats)
+        repeats = run.manifest.repeats
+        totals = run.totals(batch_samples(repeats) * repeats)
         figures = {name: run_stats(totals, name) for name in run.manifest.scorer_names}
         rebuilt = replace_partition(
             duckdb, "stats", STATS_COLUMNS, spec.name, context.partition_key,

@@ -30,8 +30,15 @@ from gradetrail_lib.trace import AgentStep, FailureMode
 
 # Reported after each finished request: (done, total).
 Progress = Callable[[int, int], None]
-# Samples a batch: its requests, responses and records are what a run holds at once.
-BATCH_SAMPLES = 8192
+# Items (a sample's repeats each one) a batch: its requests, responses and records are
+# what a run holds at once. A batch holds whole samples, with all their repeats.
+BATCH_ITEMS = 8192
+
+
+def batch_samples(repeats: int, items: int = BATCH_ITEMS) -> int:
+    """The samples of a batch of about `items` items when each sample is run `repeats`
+    times (at least one sample)."""
+    return max(1, items // repeats)
 
 
 class ResponseListener(Protocol):
@@ -158,8 +165,10 @@ class RunPlan:
     def scorer_names(self) -> list[str]:
         return [s.name for s in self.scorers]
 
-    def batches(self, size: int = BATCH_SAMPLES) -> Iterator[EvalPlan]:
-        """The items, `size` samples (with their repeats) at a time, in order."""
+    def batches(self, size: int | None = None) -> Iterator[EvalPlan]:
+        """The items, `size` samples (with their repeats; default `batch_samples`) at a
+        time, in order."""
+        size = size or batch_samples(self.repeats)
         samples = iter(self.dataset)
         while chunk := list(islice(samples, size)):
             yield self.batch(chunk)

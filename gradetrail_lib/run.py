@@ -20,7 +20,6 @@ from gradetrail_lib.history import HistoryEntry, record_run
 from gradetrail_lib.identity import batch_fingerprint
 from gradetrail_lib.keyset import KeySet
 from gradetrail_lib.pipeline import (
-    BATCH_SAMPLES,
     EvalPlan,
     Progress,
     Responses,
@@ -73,7 +72,7 @@ def _batches(
     timings: dict[str, float],
     progress: Progress | None,
     scoring_for: Callable[[EvalPlan], Scoring] | None = None,
-    batch_samples: int = BATCH_SAMPLES,
+    batch_samples: int | None = None,
 ) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
     """Each batch of the plan with its responses (looked up, then the misses sent), the
     phases' seconds added to `timings`. `scoring_for(batch)` makes the listener that
@@ -122,7 +121,7 @@ def run_model(
     send_targets: bool = True,
     known_errors: Mapping[str, ProviderError] | None = None,
     sent_before: Container[str] = frozenset(),
-    batch_samples: int = BATCH_SAMPLES,
+    batch_samples: int | None = None,
 ) -> CompletedRun:
     """One model of a spec, batch by batch: responses with the scorers' calls
     overlapping them, the records scored and streamed into the run directory, the

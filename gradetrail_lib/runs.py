@@ -41,7 +41,7 @@ class Run:
         """What the summary and the statistics need of its records, gathered as they are
         read (a run directory holds them in plan order, each case's together): a few
         bytes a record, not the records. `batch_records`: the records of one of the
-        run's batches (`pipeline.BATCH_SAMPLES` x repeats), counted batch by batch as
+        run's batches (`pipeline.batch_samples(repeats)` x repeats), counted batch by batch as
         the run counted them, so that only a batch's sent keys are held."""
         if self.loaded is not None:
             return RunTotals.of(self.loaded, self.manifest.scorer_names)
