@@ -88,6 +88,17 @@ class ResponseCache:
             _drop_key_constraint(connection)
             connection.execute(_ADD_TOOL_CALLS)
 
+    def cached_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of `keys` the cache answers (without reading the answers)."""
+        if not keys:
+            return set()
+        with open_connection(self.path) as connection:
+            rows = connection.execute(
+                "SELECT DISTINCT key FROM responses WHERE key IN (SELECT unnest($keys::VARCHAR[]))",
+                {"keys": list(set(keys))},
+            ).fetchall()
+        return {row[0] for row in rows}
+
     def lookup(self, keys: Sequence[str]) -> dict[str, ModelResponse]:
         """Cached responses by key. The raw provider body stays in the file (for audit) and
         is not loaded: nothing downstream reads it, and parsing it dominates a warm run."""
@@ -243,9 +254,7 @@ def _drop_key_constraint(connection: Any) -> None:
         connection.execute(SCHEMA.format(table="responses_log"))
         # The keyed format predates tool calls: its columns, by name.
         columns = ", ".join([name for name, _ in _COLUMNS if name != "tool_calls"] + ["created_at"])
-        connection.execute(
-            f"INSERT INTO responses_log ({columns}) SELECT {columns} FROM responses"
-        )
+        connection.execute(f"INSERT INTO responses_log ({columns}) SELECT {columns} FROM responses")
         connection.execute("DROP TABLE responses")
         connection.execute("ALTER TABLE responses_log RENAME TO responses")
         connection.execute("COMMIT")

@@ -21,14 +21,15 @@ Calls that cannot be known before the run are bounded:
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.pipeline import CacheLookup, EvalPlan, RunPlan, look_up
+from gradetrail_lib.pipeline import EvalPlan, RunPlan, look_up
 from gradetrail_lib.pricing import PriceList, format_usd, sum_costs
+from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.request import ModelRequest
 from gradetrail_lib.scorers import ScoreInput
 from gradetrail_lib.trace import SCHEMA_VERSION, TraceRecord
@@ -151,15 +152,15 @@ def _costs(
 
 def estimate(
     plan: EvalPlan,
-    looked_up: CacheLookup | None,
+    found: Mapping[str, ModelResponse | None],
     cache: ResponseCache | None,
     prices: PriceList,
 ) -> ModelPlan:
-    """The plan's calls and their cost range. `looked_up` is the target's cache lookup
-    (None: nothing is read from the cache, every request is a miss); `cache` is where
-    the scorers' requests are looked up (None: not read)."""
+    """The plan's calls and their cost range. `found`: the target's requests the cache
+    answers, with the answers where a scorer's calls need them (a judge's prompt holds
+    the response); empty when nothing is read from the cache. `cache` is where the
+    scorers' requests are looked up (None: not read)."""
     unique = plan.unique_requests
-    found = looked_up.responses if looked_up is not None else {}
     missing = [r for k, r in unique.items() if k not in found]
     model = plan.model
     agent = plan.toolbox is not None
@@ -214,8 +215,15 @@ def estimate(
 def estimate_run(plan: RunPlan, cache: ResponseCache | None, prices: PriceList) -> ModelPlan:
     """`estimate` of a whole run, batch by batch (`cache` None: nothing is read from it)."""
     total: ModelPlan | None = None
+    # Only a calling scorer (a judge) needs the cached answers; the rest, which are hits.
+    answers = any(s.makes_calls for s in plan.scorers)
     for batch in plan.batches():
-        part = estimate(batch, look_up(batch, cache) if cache is not None else None, cache, prices)
+        found: Mapping[str, ModelResponse | None] = {}
+        if cache is not None and answers:
+            found = look_up(batch, cache).responses
+        elif cache is not None:
+            found = dict.fromkeys(cache.cached_keys(batch.request_keys()))
+        part = estimate(batch, found, cache, prices)
         total = part if total is None else _plus(total, part)
     assert total is not None  # a plan has samples
     return total
@@ -233,7 +241,7 @@ def _plus(a: ModelPlan, b: ModelPlan) -> ModelPlan:
 
 def _scorer_calls(
     plan: EvalPlan,
-    found: dict[str, Any],
+    found: Mapping[str, ModelResponse | None],
     cache: ResponseCache | None,
     prices: PriceList,
 ) -> list[CallPlan]:

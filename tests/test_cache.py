@@ -57,6 +57,13 @@ def item(key: str, text: str = "42") -> tuple[ModelRequest, ModelResponse]:
     return request, response
 
 
+def test_cached_keys_says_which_keys_are_answered_without_reading_them(tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    assert cache.cached_keys(["a"]) == set() and cache.cached_keys([]) == set()
+    cache.put_many([item("a", "1"), item("b", "2"), item("a", "again")])
+    assert cache.cached_keys(["a", "b", "c", "a"]) == {"a", "b"}
+
+
 def test_lookup_returns_what_was_put(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path / "c.duckdb")
     cache.put_many([item("a", "1"), item("b", "2")])
