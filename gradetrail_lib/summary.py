@@ -73,9 +73,9 @@ def summarize(records: Totalled, scorers: Sequence[tuple[str, str]]) -> RunSumma
 
 def format_cost(totals: CallTotals) -> str:
     """`$0.0000 paid; $0.98 reused from cache` (step by step: what this run paid apart)."""
-    if totals.cost_usd is None:
+    reused = totals.reused_usd
+    if reused is None:
         return "unknown (a price is missing from the price list)"
-    reused = totals.cost_usd - (totals.cost_paid_usd or 0.0)
     return f"{format_usd(totals.cost_paid_usd)} paid; {format_usd(reused)} reused from cache"
 
 

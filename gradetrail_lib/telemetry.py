@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from gradetrail_lib import __version__
 from gradetrail_lib.config import ModelConfig
-from gradetrail_lib.trace import CallTotals, Manifest, ModelCall, TraceRecord
+from gradetrail_lib.pricing import sum_costs
+from gradetrail_lib.trace import Manifest, ModelCall, TraceRecord
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -380,8 +381,9 @@ def _sample_attributes(record: TraceRecord) -> dict[str, AttributeValue]:
     if record.stop_reason is not None:
         attributes["gradetrail.stop_reason"] = record.stop_reason
     costs = [c.cost_usd for c in record.calls if c.error is None]
-    if costs and all(c is not None for c in costs):
-        attributes["gradetrail.cost_usd"] = sum(c for c in costs if c is not None)
+    cost = sum_costs(costs) if costs else None
+    if cost is not None:
+        attributes["gradetrail.cost_usd"] = cost
     for name, entry in record.scores.items():
         score = record.score_of(name)
         if score is not None:
@@ -412,8 +414,8 @@ def _run_attributes(manifest: Manifest) -> dict[str, AttributeValue]:
     if figures is not None and figures.n:
         attributes["gradetrail.pass_rate"] = figures.passed / figures.n
         attributes["gradetrail.passed"] = figures.passed
-    paid = _sum_or_none(t.cost_paid_usd for t in totals)
-    reused = _sum_or_none(_reused(t) for t in totals)
+    paid = sum_costs([t.cost_paid_usd for t in totals])
+    reused = sum_costs([t.reused_usd for t in totals])
     if paid is not None:
         attributes["gradetrail.cost_paid_usd"] = paid
     if reused is not None:
@@ -421,19 +423,3 @@ def _run_attributes(manifest: Manifest) -> dict[str, AttributeValue]:
     for outcome, count in manifest.outcomes.items():
         attributes[f"gradetrail.outcomes.{outcome}"] = count
     return attributes
-
-
-def _reused(totals: CallTotals) -> float | None:
-    """What the cached responses a run reused had cost (as the summary's `Cost:`)."""
-    if totals.cost_usd is None:
-        return None
-    return totals.cost_usd - (totals.cost_paid_usd or 0.0)
-
-
-def _sum_or_none(values: Iterable[float | None]) -> float | None:
-    total = 0.0
-    for value in values:
-        if value is None:
-            return None
-        total += value
-    return total

@@ -255,6 +255,13 @@ class CallTotals(_Model):
     cost_usd: float | None = 0.0  # every answered call, cache hits included
     cost_paid_usd: float | None = 0.0  # this run's own calls only
 
+    @property
+    def reused_usd(self) -> float | None:
+        """What the cached responses this run reused had cost (unknown with any price)."""
+        if self.cost_usd is None:
+            return None
+        return self.cost_usd - (self.cost_paid_usd or 0.0)
+
 
 class ScorerFigures(_Model):
     type: str
