@@ -63,9 +63,6 @@ class Dataset:
         """Every sample, validated, in memory (small datasets; a run streams instead)."""
         return list(self.validated())
 
-    def __len__(self) -> int:
-        return len(self.samples)
-
 
 def _listed(samples: list[Sample]) -> Callable[[bool], Iterator[Sample]]:
     return lambda _check: iter(samples)

@@ -78,10 +78,6 @@ class EvalPlan:
     def primary_scorer(self) -> str:
         return self.scorers[0].name
 
-    @property
-    def scorer_names(self) -> list[str]:
-        return [s.name for s in self.scorers]
-
     @cached_property
     def unique_requests(self) -> dict[str, ModelRequest]:
         """Each request once, by key (samples that render alike share one request)."""
@@ -158,10 +154,6 @@ class RunPlan:
         return self.samples * self.repeats
 
     @property
-    def primary_scorer(self) -> str:
-        return self.scorers[0].name
-
-    @property
     def scorer_names(self) -> list[str]:
         return [s.name for s in self.scorers]
 
@@ -198,7 +190,7 @@ def plan(
     `repeats` (default: the spec's) makes each sample that many items, repeat by repeat."""
     repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
-    if dataset is None:  # (not `or`: a Dataset's truth would read every sample)
+    if dataset is None:
         dataset = load_spec_dataset(loaded)
     label = loaded.spec.dataset.label
     renderer = PromptRenderer(loaded.spec)

@@ -28,7 +28,7 @@ def load_error(path: Path, shown_as: str | None = SHOWN) -> InputError:
 def test_valid_dataset_loads_in_order_with_lines(tmp_path):
     path = write_lines(tmp_path, ['{"id": "a", "q": "1+1", "answer": 2}', '{"id": "b", "q": "x"}'])
     dataset = load_dataset(path, SHOWN)
-    assert len(dataset) == 2
+    assert len(dataset.samples) == 2
     assert [s.id for s in dataset.samples] == ["a", "b"]
     assert [s.line for s in dataset.samples] == [1, 2]
     assert dataset.samples[0].fields == {"id": "a", "q": "1+1", "answer": 2}
