@@ -1,6 +1,7 @@
 """A run, end to end: responses (scorer calls pipelined), records, summary, run directory.
 The CLI, `run_spec` and the Dagster assets share it."""
 
+import hashlib
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -201,8 +202,6 @@ def fetch_run(
     progress: Progress | None = None,
 ) -> FetchedRun:
     """Every response of the plan in the cache (the misses sent), batch by batch."""
-    import hashlib
-
     fetched = FetchedRun()
     digest = hashlib.sha256()
     timings: dict[str, float] = {}
@@ -212,7 +211,7 @@ def fetch_run(
         digest.update(batch_fingerprint(responses).encode())
         fetched.errors.update(responses.errors)
         fetched.calls += responses.calls
-        fetched.execution = responses.execution or fetched.execution
+        fetched.execution = {**fetched.execution, **responses.execution}
         answered = list(responses.responses.values())
         fetched.input_tokens += sum(r.input_tokens or 0 for r in answered)
         fetched.output_tokens += sum(r.output_tokens or 0 for r in answered)
