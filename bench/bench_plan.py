@@ -76,9 +76,7 @@ def plan_json(spec: Path, cache: Path, cwd: Path) -> dict[str, Any]:
     return dict(model)
 
 
-def accuracy(
-    spec: Path, cache: Path, cwd: Path, n: int, judge: bool
-) -> None:
+def accuracy(spec: Path, cache: Path, cwd: Path, n: int, judge: bool) -> None:
     """The plan before any call against the run that follows (which seeds the cache)."""
     planned = plan_json(spec, cache, cwd)
     _, out = timed([*GRADETRAIL, "run", str(spec), "--cache", str(cache), "--concurrency", "64"],

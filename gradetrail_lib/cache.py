@@ -66,6 +66,19 @@ _COLUMNS: list[Column] = [
 # (pragma_table_info answers in ~1 ms; duckdb_constraints() took ~10 ms in a new process.)
 _HAS_KEY_CONSTRAINT = "SELECT bool_or(pk) FROM pragma_table_info('responses')"
 
+# The keys a lookup asks for, as a table: they are bound as one comma-separated string
+# (request keys are hex), which DuckDB splits ~2x faster than it takes a list of Python
+# strings; a join on it is a plain hash join, cheaper than `IN (subquery)`'s mark join.
+_KEYS_TABLE = "SELECT DISTINCT unnest(string_split($keys, ',')) AS key"
+
+
+def _key_list(keys: Sequence[str]) -> str:
+    joined = ",".join(keys)
+    if joined.count(",") != len(keys) - 1:  # not request keys: refused, not mis-split
+        raise ValueError("a request key holds no comma")
+    return joined
+
+
 QUIET_S = 0.005
 MAX_DELAY_S = 0.1
 
@@ -94,8 +107,9 @@ class ResponseCache:
             return set()
         with open_connection(self.path) as connection:
             rows = connection.execute(
-                "SELECT DISTINCT key FROM responses WHERE key IN (SELECT unnest($keys::VARCHAR[]))",
-                {"keys": list(set(keys))},
+                f"SELECT DISTINCT r.key FROM responses r JOIN ({_KEYS_TABLE}) wanted"
+                " ON r.key = wanted.key",
+                {"keys": _key_list(keys)},
             ).fetchall()
         return {row[0] for row in rows}
 
@@ -107,23 +121,20 @@ class ResponseCache:
         with open_connection(self.path) as connection:
             # Newest first, so that of two rows of one key the earliest is assigned last.
             rows = connection.execute(
-                "SELECT key, served_model, text, stop_reason, input_tokens, output_tokens,"
-                " latency_s, attempts, tool_calls FROM responses"
-                " WHERE key IN (SELECT unnest($keys::VARCHAR[]))"
-                " ORDER BY created_at DESC",
-                {"keys": list(set(keys))},
+                "SELECT r.key, r.text, r.served_model, r.stop_reason, r.input_tokens,"
+                " r.output_tokens, r.latency_s, r.attempts, r.tool_calls FROM responses r"
+                f" JOIN ({_KEYS_TABLE}) wanted ON r.key = wanted.key"
+                " ORDER BY r.created_at DESC",
+                {"keys": _key_list(keys)},
             ).fetchall()
+        # Positional (ModelResponse's fields, in the SELECT's order): a cached run makes
+        # one per sample, and keywords cost a third more.
+        loads, response = json.loads, ModelResponse
         return {
-            row[0]: ModelResponse(
-                served_model=row[1],
-                text=row[2],
-                stop_reason=row[3],
-                input_tokens=row[4],
-                output_tokens=row[5],
-                latency_s=row[6],
-                attempts=row[7],
-                tool_calls=json.loads(row[8]) if row[8] is not None else [],
-            )
+            row[0]: response(
+                row[1], row[2], row[3], row[4], row[5], row[6], row[7], {},
+                loads(row[8]) if row[8] is not None else [],
+            )  # fmt: skip
             for row in rows
         }
 

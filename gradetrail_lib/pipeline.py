@@ -21,7 +21,7 @@ from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.live_endpoints import live_requests
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.render import PromptRenderer
-from gradetrail_lib.request import ModelRequest, RequestBuilder
+from gradetrail_lib.request import Message, ModelRequest, RequestBuilder
 from gradetrail_lib.retrieval import check_sample as check_retrieval_fields
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec import LoadedSpec, ModelConfig
@@ -137,7 +137,11 @@ def build_scorers(loaded: LoadedSpec, model: ModelConfig) -> list[Scorer]:
 @dataclass(frozen=True)
 class RunPlan:
     """A run's plan, every sample checked (its prompt renders, its scorers can score it)
-    before any call; its requests are rendered batch by batch as the run reaches them."""
+    before any call; its requests are rendered batch by batch as the run reaches them.
+
+    A plan made with `defer_check` is checked as its batches are rendered instead, and
+    whole (`checked()`) before its first call: a run the cache answers whole then reads
+    its dataset once rather than twice. `samples` is None until the plan is checked."""
 
     loaded: LoadedSpec
     dataset: Dataset
@@ -147,29 +151,63 @@ class RunPlan:
     builder: RequestBuilder
     toolbox: Toolbox | None
     repeats: int
-    samples: int
+    samples: int | None
 
     @property
-    def item_count(self) -> int:
-        return self.samples * self.repeats
+    def item_count(self) -> int | None:
+        return None if self.samples is None else self.samples * self.repeats
 
     @property
     def scorer_names(self) -> list[str]:
         return [s.name for s in self.scorers]
 
+    @property
+    def calls_only_for_targets(self) -> bool:
+        """Whether only the target's requests can make calls (no judge, no agent's tools),
+        so that a check deferred to the first of them precedes every call."""
+        return self.toolbox is None and not any(s.makes_calls for s in self.scorers)
+
+    def checked(self) -> "RunPlan":
+        """This plan with every sample checked; raises InputError(s)."""
+        if self.samples is not None:
+            return self
+        label = self.loaded.spec.dataset.label
+        errors: list[InputError] = []
+        count = 0
+        for sample in self.dataset.validated():
+            try:
+                self._check(sample, self.renderer.messages(sample, label), label)
+            except InputError as exc:
+                errors.append(exc)
+                continue
+            count += 1
+        if errors:
+            raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
+        return replace(self, samples=count)
+
+    def _check(self, sample: Sample, messages: list[Message], label: str) -> None:
+        self.builder.check(sample, label)
+        for scorer in self.scorers:
+            scorer.check(sample, messages, label)
+        check_retrieval_fields(sample, label)
+
     def batches(self, size: int | None = None) -> Iterator[EvalPlan]:
         """The items, `size` samples (with their repeats; default `batch_samples`) at a
-        time, in order."""
+        time, in order. An unchecked plan checks each sample as it renders it (the first
+        input error ends the batches: `checked()` then finds them all)."""
         size = size or batch_samples(self.repeats)
-        samples = iter(self.dataset)
+        check = self.samples is None
+        samples = self.dataset.validated() if check else iter(self.dataset)
         while chunk := list(islice(samples, size)):
-            yield self.batch(chunk)
+            yield self.batch(chunk, check)
 
-    def batch(self, samples: list[Sample]) -> EvalPlan:
+    def batch(self, samples: list[Sample], check: bool = False) -> EvalPlan:
         label = self.loaded.spec.dataset.label
         items: list[PlannedSample] = []
         for sample in samples:
             messages = self.renderer.messages(sample, label)
+            if check:
+                self._check(sample, messages, label)
             items.append(PlannedSample(sample, self.builder.build(messages, sample, label)))
             for repeat in range(1, self.repeats):
                 again = self.builder.build(messages, sample, label, repeat)
@@ -185,15 +223,17 @@ def plan(
     dataset: Dataset | None = None,
     *,
     repeats: int | None = None,
+    defer_check: bool = False,
 ) -> RunPlan:
     """Check that every sample renders and can be scored; raises InputError(s).
-    `repeats` (default: the spec's) makes each sample that many items, repeat by repeat."""
+    `repeats` (default: the spec's) makes each sample that many items, repeat by repeat.
+    `defer_check` leaves the check to the run (`RunPlan.checked()` before its first call)
+    where only the target's requests can make calls; the caller must run nothing else
+    before it (one plan, no estimate read from its batches)."""
     repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
     if dataset is None:
         dataset = load_spec_dataset(loaded)
-    label = loaded.spec.dataset.label
-    renderer = PromptRenderer(loaded.spec)
     spec = loaded.spec
     toolbox = Toolbox(spec.tools, loaded.base_dir) if spec.tools is not None else None
     builder = RequestBuilder(
@@ -202,22 +242,12 @@ def plan(
         tools=toolbox.definitions() if toolbox is not None else None,
         tool_choice=spec.tool_choice,
     )
-    errors: list[InputError] = []
-    count = 0
-    for sample in dataset.validated():
-        try:
-            messages = renderer.messages(sample, label)
-            builder.check(sample, label)
-            for scorer in scorers:
-                scorer.check(sample, messages, label)
-            check_retrieval_fields(sample, label)
-        except InputError as exc:
-            errors.append(exc)
-            continue
-        count += 1
-    if errors:
-        raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
-    return RunPlan(loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, count)
+    unchecked = RunPlan(
+        loaded, dataset, model, scorers, PromptRenderer(spec), builder, toolbox, repeats, None
+    )
+    if defer_check and unchecked.calls_only_for_targets:
+        return unchecked
+    return unchecked.checked()
 
 
 @dataclass

@@ -46,6 +46,22 @@ def substitution_parts(env: jinja2.Environment, source: str) -> list[str | nodes
     return parts
 
 
+def format_string(parts: list[str | nodes.Name]) -> str | None:
+    """The parts as a `str.format_map` string, or None when a slot's name is not a plain
+    identifier. For the values a dataset holds (JSON's: strings, numbers, booleans, None,
+    lists, objects) `format(value, "")` is `str(value)`, so it renders as `_substitute`
+    does, several times faster; a name missing from the fields raises KeyError."""
+    pieces = []
+    for part in parts:
+        if isinstance(part, str):
+            pieces.append(part.replace("{", "{{").replace("}", "}}"))
+        elif part.name.isidentifier():
+            pieces.append("{" + part.name + "}")
+        else:
+            return None
+    return "".join(pieces)
+
+
 class Template:
     """A compiled template that names the sample and field when a field is missing."""
 
@@ -54,6 +70,9 @@ class Template:
         self._template = env.from_string(source)  # syntax errors surface here, either way
         self._parts = substitution_parts(env, source)
         self._finalize = env.finalize
+        self._format = (
+            format_string(self._parts) if self._parts is not None and not env.finalize else None
+        )
         self._what = what
         # jinja2's render() copies its globals out of a ChainMap on every call: 13 us per
         # short prompt here, 5 us without. They are merged once instead, and the context
@@ -62,6 +81,11 @@ class Template:
         self._globals = dict(self._template.globals)
 
     def render(self, sample: Sample, dataset_path: str) -> str:
+        if self._format is not None:
+            try:
+                return self._format.format_map(sample.fields)
+            except KeyError:  # a global's name, or undefined: said as jinja2 would
+                pass
         if self._parts is not None:
             return self._substitute(self._parts, sample, dataset_path)
         template = self._template

@@ -84,19 +84,31 @@ def _batches(
     batches = plan.batches(batch_samples)
     while True:
         started = time.perf_counter()  # rendering and keying the batch's requests
-        batch = next(batches, None)
+        try:
+            batch = next(batches, None)
+        except InputError:
+            plan.checked()  # a plan that deferred its check: every input error, not one
+            raise
         timings["plan"] += time.perf_counter() - started
         if batch is None:
             return
         looked = look_up(batch, cache) if cache is not None and read_cache else None
-        if not prepared and (looked is None or not looked.complete(batch)):
+        sends = looked is None or not looked.complete(batch)
+        if sends and plan.item_count is None:
+            started = time.perf_counter()
+            plan = plan.checked()  # every sample, before the first call
+            timings["plan"] += time.perf_counter() - started
+        if sends and not prepared:
             backend.prepare()  # before the step's clock, as part of the start-up
             prepared = True
         scoring = scoring_for(batch) if scoring_for is not None else None
+        total = plan.item_count
         try:
             responses = fetch_responses(
                 batch, cache, backend, read_cache=read_cache, looked_up=looked,
-                progress=_offset(progress, done, plan.item_count), listener=scoring,
+                # (Unchecked, the batch is the cache's whole: nothing to wait for.)
+                progress=_offset(progress, done, total) if total is not None else None,
+                listener=scoring,
             )  # fmt: skip
         except BaseException:  # an abort or Ctrl-C: the judge answers that came are kept
             if scoring is not None:
@@ -362,11 +374,13 @@ def run_spec(
         sources: list[SpecSource] = list(spec_files(Path(spec)))
     else:
         sources = [spec]
-    plans = []
-    for source in sources:  # every input error before any call
+    specs = []
+    for source in sources:
         loaded = as_loaded_spec(source, base_dir).with_repeats(repeats)
         chosen = [resolve_model(loaded.spec, m) for m in models or []] or loaded.spec.models
-        plans += [make_plan(loaded, m) for m in chosen]
+        specs += [(loaded, m) for m in chosen]
+    # Every input error before any call: a single plan's run checks it before its first.
+    plans = [make_plan(loaded, m, defer_check=len(specs) == 1) for loaded, m in specs]
     sender = build_backend(backend, concurrency=concurrency)
     response_cache = ResponseCache(Path(cache) if cache else default_cache_path())
     with sender.session():

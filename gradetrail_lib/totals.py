@@ -235,7 +235,6 @@ class RunTotals:
         return groups
 
 
-
 # Records in memory, or the totals a run gathered as it wrote them.
 Totalled = Iterable[TraceRecord] | RunTotals
 

@@ -214,9 +214,13 @@ def _plan_spec(
     else:
         models = list(spec.models)
     plans, plan_s = [], []
+    # One plan whose cost is not estimated first is checked by its run, before any call
+    # (a run the cache answers whole reads the dataset once); a folder's specs and a
+    # spec's models are all checked before any of them runs.
+    defer = not folder and len(models) == 1 and args.max_cost is None
     for model in models:
         started = time.perf_counter()
-        plans.append(plan(loaded, model, dataset))
+        plans.append(plan(loaded, model, dataset, defer_check=defer))
         plan_s.append(time.perf_counter() - started)
     return SpecJob(loaded, plans, load_s, plan_s)
 

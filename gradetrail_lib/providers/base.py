@@ -11,7 +11,7 @@ FailureKind = Literal["fatal", "transient"]
 FATAL_STATUSES = frozenset({400, 401, 403, 404, 405, 413, 422})
 
 
-# Not frozen, for speed: one per sample (see pipeline.ResultRow).
+# Not frozen, for speed: a cached run makes one per sample.
 @dataclass
 class ModelResponse:
     text: str

@@ -1,0 +1,172 @@
+"""A plan that defers its check (one spec, one model, only the target's requests can make
+calls): its run checks each batch as it renders it and every sample before its first
+call, so a run the cache answers whole reads its dataset once, and an input error still
+stops the run before any call, with every error named and nothing written."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gradetrail_lib.backends.local import LocalBackend
+from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.dataset import Dataset
+from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.pipeline import load_spec_dataset, plan
+from gradetrail_lib.run import run_model
+from gradetrail_lib.spec import load_spec
+from tests.conftest import FakeLLMServer, run_cli, write_addition_dataset, write_spec
+
+
+def counted(dataset: Dataset) -> tuple[Dataset, list[bool]]:
+    """The dataset, with a list that grows by one entry (validated or not) per read."""
+    reads: list[bool] = []
+
+    def read(check: bool):  # type: ignore[no-untyped-def]
+        reads.append(check)
+        return dataset.read(check)
+
+    return replace(dataset, read=read), reads
+
+
+def project(tmp_path: Path, url: str, n: int = 30) -> Path:
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    return write_spec(tmp_path / "spec.yaml", base_url=f"{url}/v1")
+
+
+def append(tmp_path: Path, *rows: dict[str, object]) -> None:
+    with open(tmp_path / "data" / "add.jsonl", "a") as out:
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Run and staging directories (not the history file)."""
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def test_a_plan_defers_its_check_only_when_nothing_but_the_target_makes_calls(
+    tmp_path: Path,
+) -> None:
+    spec = project(tmp_path, "http://127.0.0.1:9/v1")
+    loaded = load_spec(spec)
+    model = loaded.spec.models[0]
+    assert plan(loaded, model, defer_check=True).samples is None
+    assert plan(loaded, model).samples == 30
+    (tmp_path / "judge.j2").write_text("Grade {{ response }}")
+    judged = tmp_path / "judged.yaml"
+    judged.write_text(
+        spec.read_text().replace(
+            "scorer: {type: numeric}",
+            "scorers:\n  - {name: num, type: numeric}\n"
+            "  - {type: judge, name: j, prompt_file: judge.j2,"
+            " model: {provider: scripted, name: grader, text: 'PASS'}}",
+        )
+    )
+    loaded_judged = load_spec(judged)
+    assert plan(loaded_judged, model, defer_check=True).samples == 30  # a judge calls
+
+
+def test_a_fully_cached_run_of_a_deferred_plan_reads_the_dataset_once(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    loaded = load_spec(project(tmp_path, fake_server.base_url))
+    model = loaded.spec.models[0]
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    first = run_model(plan(loaded, model), cache, LocalBackend(), tmp_path / "r")
+    assert fake_server.calls == 30
+    fake_server.reset_counts()
+    dataset, reads = counted(load_spec_dataset(loaded))
+    again = run_model(
+        plan(loaded, model, dataset, defer_check=True), cache, LocalBackend(), tmp_path / "r",
+        batch_samples=7,
+    )  # fmt: skip
+    assert reads == [True]  # once, validated: the check and the batches in one pass
+    assert fake_server.calls == 0
+    assert again.summary.scorers == first.summary.scorers
+    assert again.summary.target.cache_hits == 30
+    assert again.history.fingerprint == first.history.fingerprint
+    dataset, reads = counted(load_spec_dataset(loaded))
+    run_model(plan(loaded, model, dataset), cache, LocalBackend(), tmp_path / "r")
+    assert reads == [True, False]  # an eager plan: checked, then read in batches
+
+
+def test_an_error_after_cached_batches_stops_the_run_before_its_first_call(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    loaded = load_spec(project(tmp_path, fake_server.base_url))
+    model = loaded.spec.models[0]
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    run_model(plan(loaded, model), cache, LocalBackend(), tmp_path / "seed")
+    fake_server.reset_counts()
+    # Two new samples the cache lacks (their batch would send), the second malformed.
+    append(
+        tmp_path,
+        {"id": "new1", "a": 1000, "b": 1, "answer": "1001"},
+        {"id": "new2", "a": 1000, "answer": "1001"},
+    )
+    loaded = load_spec(tmp_path / "spec.yaml")
+    with pytest.raises(InputError) as raised:
+        run_model(
+            plan(loaded, model, defer_check=True), cache, LocalBackend(), tmp_path / "r",
+            batch_samples=31,  # new1 ends the first batch, which would send it
+        )  # fmt: skip
+    assert (raised.value.line, raised.value.field) == (32, "prompt")
+    assert "'b' is undefined" in str(raised.value)
+    assert fake_server.calls == 0
+    assert run_dirs(tmp_path / "r") == []  # the staging directory went too
+
+
+def test_an_error_in_a_cached_batch_reports_every_error_of_the_dataset(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    loaded = load_spec(project(tmp_path, fake_server.base_url))
+    model = loaded.spec.models[0]
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    run_model(plan(loaded, model), cache, LocalBackend(), tmp_path / "seed")
+    append(tmp_path, {"id": "bad1", "a": 1}, {"id": "bad2", "b": 2, "answer": "x"})
+    loaded = load_spec(tmp_path / "spec.yaml")
+    with pytest.raises(InputErrors) as raised:
+        run_model(
+            plan(loaded, model, defer_check=True), cache, LocalBackend(), tmp_path / "r",
+            batch_samples=1000,  # one batch: its inline check meets bad1 first
+        )  # fmt: skip
+    lines = sorted({e.line for e in raised.value.errors})
+    assert lines == [31, 32]  # both rows, as an eager plan reports them
+    assert run_dirs(tmp_path / "r") == []
+
+
+def test_a_duplicate_id_in_a_fully_cached_run_fails_and_writes_nothing(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    loaded = load_spec(project(tmp_path, fake_server.base_url))
+    model = loaded.spec.models[0]
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    run_model(plan(loaded, model), cache, LocalBackend(), tmp_path / "r")
+    (before,) = run_dirs(tmp_path / "r")
+    results = (before / "results.jsonl").read_bytes()
+    first = json.loads((tmp_path / "data" / "add.jsonl").read_text().splitlines()[0])
+    append(tmp_path, first)  # its request is cached: every batch is the cache's
+    loaded = load_spec(tmp_path / "spec.yaml")
+    with pytest.raises(InputError, match="duplicate id 's000'"):
+        run_model(plan(loaded, model, defer_check=True), cache, LocalBackend(), tmp_path / "r")
+    assert run_dirs(tmp_path / "r") == [before]  # the previous run as it was
+    assert (before / "results.jsonl").read_bytes() == results
+
+
+def test_the_cli_names_every_bad_line_of_a_spec_whose_first_batches_are_cached(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, fake_server.base_url)
+    args = ["run", str(spec), "--cache", str(tmp_path / "c.duckdb")]
+    assert run_cli(*args, "--results", str(tmp_path / "seed"), cwd=tmp_path).returncode == 0
+    fake_server.reset_counts()
+    append(tmp_path, {"id": "bad1", "a": 1}, {"id": "bad2", "a": 2})
+    done = run_cli(*args, "--results", str(tmp_path / "r"), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "data/add.jsonl:31: prompt:" in done.stderr
+    assert "data/add.jsonl:32: prompt:" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert fake_server.calls == 0
+    assert run_dirs(tmp_path / "r") == []
