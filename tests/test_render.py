@@ -102,6 +102,7 @@ SUBSTITUTIONS = [
     "",
     "{{ n }} {{ f }} {{ nothing }} {{ flag }} {{ items }} {{ meta }}",
     "{{ range }}",  # a jinja2 global, not a field
+    "{ {a} } {{ a }} }} {{ b }}{",  # braces in the text (str.format's own syntax)
 ]
 FIELDS = {
     "a": "<b>α & ω</b>",
