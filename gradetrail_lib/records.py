@@ -67,6 +67,11 @@ class Scoring:
         # An agent's case that stopped early, by position: thrash, budget_exhausted.
         self._stopped: dict[int, FailureMode | None] = {}
 
+    @property
+    def makes_calls(self) -> bool:
+        """Whether some scorer of the plan makes model calls (a judge)."""
+        return self._stage is not None
+
     def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None:
         if self._stage is not None:
             self._stage.submit(self._start(key, response, cache_hit))

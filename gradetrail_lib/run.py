@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.cache import ResponseCache, default_cache_path
+from gradetrail_lib.collector import CollectorPause
 from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
 from gradetrail_lib.history import HistoryEntry, record_run
@@ -74,10 +75,12 @@ def _batches(
     progress: Progress | None,
     scoring_for: Callable[[EvalPlan], Scoring] | None = None,
     batch_samples: int | None = None,
+    collector: CollectorPause | None = None,
 ) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
     """Each batch of the plan with its responses (looked up, then the misses sent), the
     phases' seconds added to `timings`. `scoring_for(batch)` makes the listener that
-    starts the batch's records (and its judging) as its responses arrive."""
+    starts the batch's records (and its judging) as its responses arrive. A paused
+    `collector` is resumed before anything is sent (a batch that waits collects)."""
     done = 0
     prepared = False
     timings.setdefault("plan", 0.0)
@@ -102,6 +105,8 @@ def _batches(
             backend.prepare()  # before the step's clock, as part of the start-up
             prepared = True
         scoring = scoring_for(batch) if scoring_for is not None else None
+        if collector is not None and (sends or (scoring is not None and scoring.makes_calls)):
+            collector.resume()
         total = plan.item_count
         try:
             responses = fetch_responses(
@@ -153,11 +158,14 @@ def run_model(
     target_backend: Backend = backend if send_targets else NotSent(known_errors or {})
     execution: dict[str, object] = {}
     spans = start_run(plan.loaded.spec.name, plan.model, started_at)
+    # Paused while a batch is computed, resumed while one waits (`collector`).
+    collector = CollectorPause()
+    collector.pause()
     try:
         with RunDirWriter(results_root) as out:
             for _batch, responses, scoring in _batches(
                 plan, cache, target_backend, read_cache=read_cache, timings=timings,
-                progress=progress, batch_samples=batch_samples,
+                progress=progress, batch_samples=batch_samples, collector=collector,
                 scoring_for=lambda b: Scoring(
                     b, cache, backend, read_cache=read_cache, prices=prices, sent_before=sent_before
                 ),
@@ -170,6 +178,7 @@ def run_model(
                 timings["scoring"] += time.perf_counter() - started
                 out.write(records)
                 execution = {**execution, **responses.execution}
+                collector.pause()
             summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
             manifest = build_manifest(
                 plan, execution, totals.served, summary, prices, timings, started_at
@@ -178,6 +187,8 @@ def run_model(
     except BaseException as exc:
         spans.abort(type(exc).__name__)
         raise
+    finally:
+        collector.resume()
     entry = record_run(results_root, manifest, totals, run_dir, out.fingerprint.hexdigest())
     spans.end(manifest)
     return CompletedRun(summary, manifest, run_dir, entry, totals)
