@@ -132,7 +132,14 @@ class ResponseCache:
         loads, response = json.loads, ModelResponse
         return {
             row[0]: response(
-                row[1], row[2], row[3], row[4], row[5], row[6], row[7], {},
+                row[1],
+                row[2],
+                row[3],
+                row[4],
+                row[5],
+                row[6],
+                row[7],
+                {},
                 loads(row[8]) if row[8] is not None else [],
             )  # fmt: skip
             for row in rows

@@ -140,8 +140,9 @@ class RunPlan:
     before any call; its requests are rendered batch by batch as the run reaches them.
 
     A plan made with `defer_check` is checked as its batches are rendered instead, and
-    whole (`checked()`) before its first call: a run the cache answers whole then reads
-    its dataset once rather than twice. `samples` is None until the plan is checked."""
+    whole (`checked()`) before its first call (`run_model`): a run the cache answers
+    whole, or a cost plan, then reads the dataset once rather than twice. `samples` is
+    None until the plan is checked."""
 
     loaded: LoadedSpec
     dataset: Dataset
@@ -160,12 +161,6 @@ class RunPlan:
     @property
     def scorer_names(self) -> list[str]:
         return [s.name for s in self.scorers]
-
-    @property
-    def calls_only_for_targets(self) -> bool:
-        """Whether only the target's requests can make calls (no judge, no agent's tools),
-        so that a check deferred to the first of them precedes every call."""
-        return self.toolbox is None and not any(s.makes_calls for s in self.scorers)
 
     def checked(self) -> "RunPlan":
         """This plan with every sample checked; raises InputError(s)."""
@@ -193,13 +188,21 @@ class RunPlan:
 
     def batches(self, size: int | None = None) -> Iterator[EvalPlan]:
         """The items, `size` samples (with their repeats; default `batch_samples`) at a
-        time, in order. An unchecked plan checks each sample as it renders it (the first
-        input error ends the batches: `checked()` then finds them all)."""
+        time, in order. An unchecked plan checks each sample as it renders it; at the
+        first input error it checks the rest, to raise every error as `checked()` does."""
         size = size or batch_samples(self.repeats)
-        check = self.samples is None
-        samples = self.dataset.validated() if check else iter(self.dataset)
-        while chunk := list(islice(samples, size)):
-            yield self.batch(chunk, check)
+        if self.samples is not None:
+            samples = iter(self.dataset)
+            while chunk := list(islice(samples, size)):
+                yield self.batch(chunk)
+            return
+        try:
+            samples = self.dataset.validated()
+            while chunk := list(islice(samples, size)):
+                yield self.batch(chunk, check=True)
+        except InputError:
+            self.checked()
+            raise
 
     def batch(self, samples: list[Sample], check: bool = False) -> EvalPlan:
         label = self.loaded.spec.dataset.label
@@ -227,9 +230,9 @@ def plan(
 ) -> RunPlan:
     """Check that every sample renders and can be scored; raises InputError(s).
     `repeats` (default: the spec's) makes each sample that many items, repeat by repeat.
-    `defer_check` leaves the check to the run (`RunPlan.checked()` before its first call)
-    where only the target's requests can make calls; the caller must run nothing else
-    before it (one plan, no estimate read from its batches)."""
+    `defer_check` leaves the check to the plan's batches and to `RunPlan.checked()`, which
+    `run_model` calls before the first call; a caller that sends anything else first (a
+    folder's other specs, a spec's other models) must not defer."""
     repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
     if dataset is None:
@@ -245,9 +248,7 @@ def plan(
     unchecked = RunPlan(
         loaded, dataset, model, scorers, PromptRenderer(spec), builder, toolbox, repeats, None
     )
-    if defer_check and unchecked.calls_only_for_targets:
-        return unchecked
-    return unchecked.checked()
+    return unchecked if defer_check else unchecked.checked()
 
 
 @dataclass

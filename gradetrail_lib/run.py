@@ -87,25 +87,23 @@ def _batches(
     batches = plan.batches(batch_samples)
     while True:
         started = time.perf_counter()  # rendering and keying the batch's requests
-        try:
-            batch = next(batches, None)
-        except InputError:
-            plan.checked()  # a plan that deferred its check: every input error, not one
-            raise
+        batch = next(batches, None)
         timings["plan"] += time.perf_counter() - started
         if batch is None:
             return
         looked = look_up(batch, cache) if cache is not None and read_cache else None
         sends = looked is None or not looked.complete(batch)
-        if sends and plan.item_count is None:
+        scoring = scoring_for(batch) if scoring_for is not None else None
+        # Anything that may call out: a target's miss, a judge, an agent's tools.
+        calls = sends or batch.toolbox is not None or (scoring is not None and scoring.makes_calls)
+        if calls and plan.item_count is None:
             started = time.perf_counter()
             plan = plan.checked()  # every sample, before the first call
             timings["plan"] += time.perf_counter() - started
         if sends and not prepared:
             backend.prepare()  # before the step's clock, as part of the start-up
             prepared = True
-        scoring = scoring_for(batch) if scoring_for is not None else None
-        if collector is not None and (sends or (scoring is not None and scoring.makes_calls)):
+        if calls and collector is not None:
             collector.resume()
         total = plan.item_count
         try:

@@ -46,26 +46,50 @@ def run_dirs(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 
-def test_a_plan_defers_its_check_only_when_nothing_but_the_target_makes_calls(
-    tmp_path: Path,
-) -> None:
-    spec = project(tmp_path, "http://127.0.0.1:9/v1")
-    loaded = load_spec(spec)
+def test_a_deferred_plan_is_checked_by_its_batches_or_at_once(tmp_path: Path) -> None:
+    loaded = load_spec(project(tmp_path, "http://127.0.0.1:9"))
     model = loaded.spec.models[0]
-    assert plan(loaded, model, defer_check=True).samples is None
-    assert plan(loaded, model).samples == 30
-    (tmp_path / "judge.j2").write_text("Grade {{ response }}")
-    judged = tmp_path / "judged.yaml"
-    judged.write_text(
+    deferred = plan(loaded, model, defer_check=True)
+    assert deferred.samples is None
+    assert deferred.checked().samples == plan(loaded, model).samples == 30
+
+
+def judged_spec(tmp_path: Path, url: str, prompt: str) -> Path:
+    """The project's spec with a judge (the fake server as model judge-1) besides."""
+    (tmp_path / "judge.j2").write_text(prompt)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
         spec.read_text().replace(
             "scorer: {type: numeric}",
             "scorers:\n  - {name: num, type: numeric}\n"
             "  - {type: judge, name: j, prompt_file: judge.j2,"
-            " model: {provider: scripted, name: grader, text: 'PASS'}}",
+            f" model: {{provider: openai_compatible, name: judge-1, base_url: '{url}/v1'}}}}",
         )
     )
-    loaded_judged = load_spec(judged)
-    assert plan(loaded_judged, model, defer_check=True).samples == 30  # a judge calls
+    return spec
+
+
+def test_a_judge_sends_nothing_before_the_whole_dataset_is_checked(
+    tmp_path: Path, fake_server: FakeLLMServer
+) -> None:
+    project(tmp_path, fake_server.base_url)
+    spec = judged_spec(tmp_path, fake_server.base_url, "Grade {{ response }}")
+    loaded = load_spec(spec)
+    model = loaded.spec.models[0]
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    run_model(plan(loaded, model), cache, LocalBackend(), tmp_path / "seed")
+    assert fake_server.calls == 60  # 30 targets, 30 judge calls
+    fake_server.reset_counts()
+    # The targets are all cached, the judge's new prompt is not; the last sample is bad.
+    judged_spec(tmp_path, fake_server.base_url, "Grade this: {{ response }}")
+    append(tmp_path, {"id": "bad", "a": 1, "answer": "2"})
+    loaded = load_spec(spec)
+    with pytest.raises(InputError, match="'b' is undefined"):
+        run_model(
+            plan(loaded, model, defer_check=True), cache, LocalBackend(), tmp_path / "r",
+            batch_samples=10,
+        )  # fmt: skip
+    assert fake_server.calls == 0
 
 
 def test_a_fully_cached_run_of_a_deferred_plan_reads_the_dataset_once(

@@ -39,7 +39,8 @@ def plan_command(args: argparse.Namespace) -> int:
     loaded = load_spec(args.spec).with_repeats(args.repeats)
     spec = loaded.spec
     models = [spec.model_named(args.model)] if args.model else list(spec.models)
-    plans = [plan(loaded, m) for m in models]
+    # Checked as they are estimated (a plan makes no call): the dataset is read once a model.
+    plans = [plan(loaded, m, defer_check=True) for m in models]
     path: Path = args.cache
     # A cache that does not exist yet is empty; opening it would create the file.
     cache = ResponseCache(path) if path.exists() else None
