@@ -79,6 +79,14 @@ def _key_list(keys: Sequence[str]) -> str:
     return joined
 
 
+def _response_of(row: tuple[Any, ...]) -> ModelResponse:
+    """A lookup's row as a response. Positional: a cached run makes one per sample, and
+    keywords cost a third more."""
+    _key, text, served, stop, tokens_in, tokens_out, latency, attempts, tool_calls = row
+    calls = json.loads(tool_calls) if tool_calls is not None else []
+    return ModelResponse(text, served, stop, tokens_in, tokens_out, latency, attempts, {}, calls)
+
+
 QUIET_S = 0.005
 MAX_DELAY_S = 0.1
 
@@ -127,23 +135,7 @@ class ResponseCache:
                 " ORDER BY r.created_at DESC",
                 {"keys": _key_list(keys)},
             ).fetchall()
-        # Positional (ModelResponse's fields, in the SELECT's order): a cached run makes
-        # one per sample, and keywords cost a third more.
-        loads, response = json.loads, ModelResponse
-        return {
-            row[0]: response(
-                row[1],
-                row[2],
-                row[3],
-                row[4],
-                row[5],
-                row[6],
-                row[7],
-                {},
-                loads(row[8]) if row[8] is not None else [],
-            )  # fmt: skip
-            for row in rows
-        }
+        return {row[0]: _response_of(row) for row in rows}
 
     def put_many(self, items: Sequence[tuple[ModelRequest, ModelResponse]]) -> None:
         if not items:
