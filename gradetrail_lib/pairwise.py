@@ -58,8 +58,8 @@ def compare_runs(
     do."""
     notes = check_comparable(a.manifest, b.manifest, scorer, force=force, labels=labels)
     return compare(
-        a.records,
-        b.records,
+        a.sheet(scorer),
+        b.sheet(scorer),
         scorer,
         labels=labels,
         threshold=threshold,

@@ -9,6 +9,7 @@ page's Content-Security-Policy forbids scripts and fetches as a second line of d
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,14 @@ from gradetrail_lib.stats import (
 from gradetrail_lib.stats.repeats import RepeatStats, has_repeats, repeat_stats
 from gradetrail_lib.stats.run_stats import percent
 from gradetrail_lib.summary import format_cost
+from gradetrail_lib.totals import RunTotals
 from gradetrail_lib.trace import AGENT_STOPS, AgentStep, CallTotals, Manifest, TraceRecord
 from gradetrail_lib.viewer.svg import ForestRow, forest_plot
 
 REPORT_FILE = "report.html"
+# Records read at a time: the report holds a run's totals and its failures' views, not
+# its records (the calls its totals count are the manifest's, so any size does).
+READ_BATCH = 8192
 TEMPLATE = "report.html.j2"
 
 FAILURE_LABELS = {
@@ -348,22 +353,28 @@ def build_views(
     }  # fmt: skip
     views = []
     for number, (label, run) in enumerate(zip(labels, runs, strict=True)):
-        records = run.records
         primary = run.manifest.primary_scorer
-        every = [run_stats(records, name, **options) for name in run.manifest.scorer_names]
-        # Failing the primary scorer, or with any scorer's error (a judge that could not
-        # grade, a Python scorer that raised), or an agent stopped early: all need a
-        # reader's eyes.
-        failures = [
-            sample_view(r, primary, threshold, f"run{number}-sample{i}")
-            for i, r in enumerate(records)
-            if not r.passes(primary, threshold)
-            or any(e.error is not None for e in r.scores.values())
-            or r.failure_mode in AGENT_STOPS
-        ]
+        totals = RunTotals(run.manifest.scorer_names)
+        failures: list[FailedSample] = []
+        records = iter(run)  # streamed: the totals and the failures' views are kept
+        position = 0
+        while batch := list(islice(records, READ_BATCH)):
+            totals.add_batch(batch)
+            # Failing the primary scorer, or with any scorer's error (a judge that could
+            # not grade, a Python scorer that raised), or an agent stopped early: all need
+            # a reader's eyes.
+            failures += [
+                sample_view(r, primary, threshold, f"run{number}-sample{position + i}")
+                for i, r in enumerate(batch)
+                if not r.passes(primary, threshold)
+                or any(e.error is not None for e in r.scores.values())
+                or r.failure_mode in AGENT_STOPS
+            ]
+            position += len(batch)
+        every = [run_stats(totals, name, **options) for name in run.manifest.scorer_names]
         repeats = (
-            [repeat_stats(records, name, **options) for name in run.manifest.scorer_names]
-            if has_repeats(records)
+            [repeat_stats(totals, name, **options) for name in run.manifest.scorer_names]
+            if has_repeats(totals)
             else []
         )
         views.append(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.rundir import MANIFEST_FILE, RESULTS_FILE
+from gradetrail_lib.stats.sheet import ScoreSheet, sheets_of
 from gradetrail_lib.totals import RunTotals
 from gradetrail_lib.trace import Manifest, TraceRecord, iter_records, parse_manifest
 
@@ -36,6 +37,17 @@ class Run:
     @cached_property
     def records(self) -> list[TraceRecord]:
         return list(self)
+
+    @cached_property
+    def sheets(self) -> dict[str, ScoreSheet]:
+        """Each of its scorers' scores, sample by sample (one read of the records): what a
+        paired comparison reads, a few bytes a record."""
+        return sheets_of(self, self.manifest.scorer_names)
+
+    def sheet(self, scorer: str) -> ScoreSheet:
+        """`scorer`'s sheet; every sample unscored by a scorer the run does not have."""
+        found = self.sheets.get(scorer)
+        return found if found is not None else ScoreSheet.of(self, scorer)
 
     def totals(self, batch_records: int | None = None) -> RunTotals:
         """What the summary and the statistics need of its records, gathered as they are

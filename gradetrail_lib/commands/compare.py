@@ -85,8 +85,8 @@ def compare_command(args: argparse.Namespace) -> int:
             results.append(ScorerResult(pair, None, str(exc)))
             continue
         comparison = compare(
-            runs[0].records,
-            runs[1].records,
+            runs[0].sheet(pair.name),
+            runs[1].sheet(pair.name),
             pair.name,
             labels=labels,
             threshold=args.pass_threshold,

@@ -101,8 +101,8 @@ def gate_command(args: argparse.Namespace) -> int:
     decisions = []
     for pair in gated:
         comparison = compare(
-            baseline.records,
-            candidate.records,
+            baseline.sheet(pair.name),
+            candidate.sheet(pair.name),
             pair.name,
             labels=labels,
             threshold=args.pass_threshold,
@@ -138,7 +138,7 @@ def _previous(run_dir: Path, candidate: Run) -> Baseline:
     """The baseline `--baseline previous` names: see the module docstring."""
     # The candidate's results root (as given, for the paths printed; `.` resolved).
     root = run_dir.parent if run_dir.name not in ("", ".", "..") else run_dir.resolve().parent
-    return previous_run(root, candidate.manifest, records_fingerprint(candidate.records))
+    return previous_run(root, candidate.manifest, records_fingerprint(candidate))
 
 
 def _say_picked(picked: Baseline, *, json_mode: bool) -> None:

@@ -24,6 +24,7 @@ from gradetrail_lib.stats.clusters import (
     is_clustered,
 )
 from gradetrail_lib.stats.intervals import BootstrapSettings, Estimate
+from gradetrail_lib.stats.sheet import ScoreSheet
 from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.trace import Manifest, TraceRecord
 
@@ -107,13 +108,21 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     return float(binomtest(a_only, discordant, 0.5).pvalue)
 
 
-def _keyed(recs: Sequence[TraceRecord], label: str) -> dict[Key, TraceRecord]:
-    keyed: dict[Key, TraceRecord] = {}
-    for r in recs:
-        key = (r.id, r.repeat)
+# Records, or their sheet on the compared scorer (`stats.sheet`).
+Scored = Sequence[TraceRecord] | ScoreSheet
+
+
+def _sheet(side: Scored, scorer: str) -> ScoreSheet:
+    return side if isinstance(side, ScoreSheet) else ScoreSheet.of(side, scorer)
+
+
+def _keyed(sheet: ScoreSheet, label: str) -> dict[Key, int]:
+    """Each sample's position, by (id, repeat)."""
+    keyed: dict[Key, int] = {}
+    for position, key in enumerate(zip(sheet.ids, sheet.repeats, strict=True)):
         if key in keyed:
-            raise NotComparable(f"{label} has sample {r.id!r} (repeat {r.repeat}) twice")
-        keyed[key] = r
+            raise NotComparable(f"{label} has sample {key[0]!r} (repeat {key[1]}) twice")
+        keyed[key] = position
     return keyed
 
 
@@ -124,15 +133,16 @@ def _examples(keys: set[Key]) -> str:
 
 
 def pair_up(
-    records_a: Sequence[TraceRecord],
-    records_b: Sequence[TraceRecord],
+    side_a: ScoreSheet,
+    side_b: ScoreSheet,
     labels: tuple[str, str] = ("A", "B"),
-) -> list[tuple[TraceRecord, TraceRecord]]:
-    """The pairs in A's order; NotComparable unless both sides hold the same samples."""
-    a = _keyed(records_a, labels[0])
-    b = _keyed(records_b, labels[1])
-    only_a, only_b = set(a) - set(b), set(b) - set(a)
-    if only_a or only_b:
+) -> list[int]:
+    """Where each of A's samples is in B, in A's order; NotComparable unless both sides
+    hold the same samples."""
+    a = _keyed(side_a, labels[0])
+    b = _keyed(side_b, labels[1])
+    if a.keys() != b.keys():
+        only_a, only_b = set(a) - set(b), set(b) - set(a)
         parts = []
         for side, label, missing in (("A", labels[0], only_a), ("B", labels[1], only_b)):
             detail = f" ({_examples(missing)})" if missing else ""
@@ -145,12 +155,12 @@ def pair_up(
         )
     if not a:
         raise NotComparable("both result sets are empty: nothing to compare")
-    return [(a[k], b[k]) for k in a]
+    return [b[k] for k in a]
 
 
 def compare(
-    records_a: Sequence[TraceRecord],
-    records_b: Sequence[TraceRecord],
+    records_a: Scored,
+    records_b: Scored,
     scorer: str,
     *,
     labels: tuple[str, str] = ("A", "B"),
@@ -160,16 +170,23 @@ def compare(
     settings: BootstrapSettings | None = None,
     notes: Sequence[str] = (),
 ) -> PairedComparison:
-    pairs = pair_up(records_a, records_b, labels)
-    n = len(pairs)
-    passes = [(x.passes(scorer, threshold), y.passes(scorer, threshold)) for x, y in pairs]
-    both_pass = sum(pa and pb for pa, pb in passes)
-    a_only = sum(pa and not pb for pa, pb in passes)
-    b_only = sum(pb and not pa for pa, pb in passes)
+    sheet_a, sheet_b = _sheet(records_a, scorer), _sheet(records_b, scorer)
+    in_b = pair_up(sheet_a, sheet_b, labels)
+    n = len(in_b)
+    scores_a = list(sheet_a.scores)
+    scores_b = [sheet_b.scores[i] for i in in_b]
+    # NaN (unscored) fails every threshold and counts 0 (as TraceRecord.passes and .value).
+    pass_a = [s >= threshold for s in scores_a]
+    pass_b = [s >= threshold for s in scores_b]
+    both_pass = sum(x and y for x, y in zip(pass_a, pass_b, strict=True))
+    a_only = sum(x and not y for x, y in zip(pass_a, pass_b, strict=True))
+    b_only = sum(y and not x for x, y in zip(pass_a, pass_b, strict=True))
+    values_a = [0.0 if s != s else s for s in scores_a]
+    values_b = [0.0 if s != s else s for s in scores_b]
     # One group per case (a single pair each without repeats: the unclustered figures).
-    cases = group_by(pairs, lambda pair: pair[0].id)
+    cases = group_by(range(n), lambda i: sheet_a.ids[i])
     difference = cluster_mean_estimate(
-        [[y.value(scorer) - x.value(scorer) for x, y in case] for case in cases],
+        [[values_b[i] - values_a[i] for i in case] for case in cases],
         confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
     )  # fmt: skip
     assert difference.interval is not None  # n >= 1 was checked by pair_up
@@ -188,9 +205,10 @@ def compare(
             "too small"
         )
 
-    def rate(side: int) -> Estimate:
-        outcomes = [[pair[side].passes(scorer, threshold) for pair in case] for case in cases]
-        return cluster_proportion(outcomes, confidence, method, settings)
+    def rate(passes: list[bool]) -> Estimate:
+        return cluster_proportion(
+            [[passes[i] for i in case] for case in cases], confidence, method, settings
+        )
 
     return PairedComparison(
         scorer=scorer,
@@ -199,10 +217,10 @@ def compare(
         n=n,
         threshold=threshold,
         confidence=confidence,
-        pass_rate_a=rate(0),
-        pass_rate_b=rate(1),
-        mean_a=sum(x.value(scorer) for x, _ in pairs) / n,
-        mean_b=sum(y.value(scorer) for _, y in pairs) / n,
+        pass_rate_a=rate(pass_a),
+        pass_rate_b=rate(pass_b),
+        mean_a=sum(values_a) / n,
+        mean_b=sum(values_b) / n,
         difference=difference,
         both_pass=both_pass,
         both_fail=n - both_pass - a_only - b_only,
@@ -210,8 +228,8 @@ def compare(
         b_only=b_only,
         mcnemar_p=p,
         verdict=verdict,
-        unscored_a=sum(not x.scored(scorer) for x, _ in pairs),
-        unscored_b=sum(not y.scored(scorer) for _, y in pairs),
+        unscored_a=sum(s != s for s in scores_a),
+        unscored_b=sum(s != s for s in scores_b),
         notes=tuple(all_notes),
         cases=len(cases),
     )

@@ -39,13 +39,13 @@ from gradetrail_lib.errors import InputError
 from gradetrail_lib.stats import Estimate
 from gradetrail_lib.stats.clusters import cluster_proportion
 from gradetrail_lib.stats.intervals import proportion
+from gradetrail_lib.stats.sheet import ScoreSheet
 from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.trace import (
     AGENT_STOPS,
     FAILURE_MODES,
     OUTCOMES,
     SCHEMA_VERSION,
-    ScoreEntry,
     ScoreErrorKind,
     TraceRecord,
     parse_record,
@@ -255,30 +255,12 @@ class RunIndex:
     def find(self, sample_id: str, repeat: int = 0) -> int | None:
         return self.positions.get((sample_id, repeat))
 
-    def light_records(self) -> list[TraceRecord]:
-        """Records holding only what pass rates and paired statistics read (id, repeat,
-        whether answered, each scorer's score and error), for `stats.compare` on the
-        index alone: the same figures as on the full records."""
-        out = []
-        scores = {s: self.scores[s].tolist() for s in self.scorers}
-        errors = {s: self.errors[s].tolist() for s in self.scorers}
-        answered = self.answered.tolist()
-        outcomes, modes = self.outcome.tolist(), self.mode.tolist()
-        for i, sample_id in enumerate(self.ids):
-            entries = {}
-            for s in self.scorers:
-                value = scores[s][i]
-                kind = ERROR_KINDS[errors[s][i]]
-                entries[s] = ScoreEntry(None if value != value else value, "", kind)
-            out.append(
-                TraceRecord(
-                    schema_version=SCHEMA_VERSION, id=sample_id, repeat=int(self.repeats[i]),
-                    messages=[], calls=[], response="" if answered[i] else None,
-                    stop_reason=None, scores=entries, outcome=OUTCOMES[outcomes[i]],
-                    failure_mode=None if modes[i] == NO_MODE else FAILURE_MODES[modes[i]],
-                )
-            )  # fmt: skip
-        return out
+    def sheet(self, scorer: str) -> ScoreSheet:
+        """What paired statistics read (`stats.compare`), from the index alone: the same
+        figures as on the full records."""
+        scores = self.scores.get(scorer)
+        values = scores.tolist() if scores is not None else [float("nan")] * self.n
+        return ScoreSheet(self.ids, self.repeats.tolist(), values)
 
 
 def _text_of(content: Any) -> str:

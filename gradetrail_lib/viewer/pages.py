@@ -494,10 +494,10 @@ def _pair(
 ) -> Paired:
     """`compare` on the two indexes (NotComparable when their samples differ, with the
     counts per side), and where each of A's samples is in B."""
-    light_a, light_b = a.light_records(), b.light_records()
-    pair_up(light_a, light_b, labels)
+    sheet_a, sheet_b = a.sheet(scorer), b.sheet(scorer)
+    pair_up(sheet_a, sheet_b, labels)  # a different sample set first, then the notes
     notes = check_comparable(ma, mb, scorer, force=True, labels=labels)
-    comparison = compare(light_a, light_b, scorer, labels=labels, notes=notes)
+    comparison = compare(sheet_a, sheet_b, scorer, labels=labels, notes=notes)
     b_of_a = np.array(
         [b.positions[(i, r)] for i, r in zip(a.ids, a.repeats.tolist(), strict=True)],
         dtype=np.int64,
