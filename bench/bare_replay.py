@@ -42,9 +42,7 @@ def main() -> int:
             rows = [json.loads(line) for _, line in zip(range(BATCH), lines, strict=False)]
             if not rows:
                 break
-            messages = [
-                [{"role": "user", "content": "Q: {a} + {b}\n".format_map(r)}] for r in rows
-            ]
+            messages = [[{"role": "user", "content": "Q: {a} + {b}\n".format_map(r)}] for r in rows]
             keys = [
                 hashlib.sha256((head + canonical(m) + tail).encode()).hexdigest() for m in messages
             ]

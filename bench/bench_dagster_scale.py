@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.bench_dagster_scale [--n 100000] [--executor in_process]
 
 A spec of n samples against a loopback fake server answering at once (latency 0,
-concurrency 64): its partition's dataset → responses → scores → stats materialized from
+concurrency 64): its partition's dataset → responses → scores → stats → report materialized from
 the definitions `dagster dev` loads (`gradetrail_assets.definitions:defs`, configured by
 GRADETRAIL_* variables) on a Dagster instance in a temporary folder, cold and then fully
 cached (the same instance, cache and tables), each time in a child process:
@@ -34,7 +34,7 @@ from tests.conftest import write_addition_dataset, write_spec
 
 MB = 1024 * 1024
 MODEL = "fake-1"
-STEPS = ("dataset", "responses", "scores", "stats")
+STEPS = ("dataset", "responses", "scores", "stats", "report")
 TARGET_MB = 300
 EXECUTORS = ("in_process", "multiprocess")
 
@@ -136,8 +136,8 @@ def main() -> None:
             project, home = root / "project", root / "dagster_home"
             prepare(project, home, args.n, url)
             print(
-                f"n={args.n}, {args.executor}: dataset → responses → scores → stats of "
-                "one partition"
+                f"n={args.n}, {args.executor}: dataset → responses → scores → stats → report "
+                "of one partition"
             )
             for label, calls in (("cold", args.n), ("cached", 0)):
                 wall, rss = measured(project, home, args.executor)

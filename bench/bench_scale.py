@@ -7,7 +7,12 @@
    `gradetrail run` process (its own rusage, from wait4). Target: <= 300 MB each.
 2. The fully cached re-run's wall time past a bare `gradetrail --version` measured in
    the same rounds (medians of `rounds`). Target: <= 1.5 s past it, zero provider calls.
-3. With --big N: a cold then a fully cached run of N samples (default 1,000,000); the
+   Beside it, in the same rounds, `bench/bare_replay.py` past --version: the least a
+   cached re-run can do in Python (read, render, key, look up, score, write a line a
+   sample, nothing else), the floor the run's figure is measured against.
+3. The readers of the cached run: `gradetrail report` of it and `gradetrail compare` of
+   it with a copy of itself, their peak memory. Target: <= 300 MB each, as the run's.
+4. With --big N: a cold then a fully cached run of N samples (default 1,000,000); the
    cached run's peak memory over the n-sample cached run's. Target: <= 1.5x.
 
 The fake server runs in its own process, so its memory is not counted.
@@ -15,6 +20,7 @@ The fake server runs in its own process, so its memory is not counted.
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.bench_pipeline import manifest_of, start_server
+from bench.bench_pipeline import REPO, manifest_of, start_server
 from tests.conftest import write_addition_dataset, write_spec
 
 GRADETRAIL = [sys.executable, "-m", "gradetrail_lib.cli"]
@@ -76,7 +82,11 @@ def main() -> None:
             work.mkdir()
             spec = prepare(work, args.n, url)
             cold_wall, cold_rss, _ = measured(run_args(spec, work), work)
-            warm_walls, version_walls, warm_rss = [], [], 0
+            warm_walls, version_walls, bare_walls, warm_rss = [], [], [], 0
+            bare = [
+                sys.executable, "-m", "bench.bare_replay", str(work / "data" / "add.jsonl"),
+                str(work / "cache.duckdb"), url, str(root / "bare.jsonl"),
+            ]  # fmt: skip
             for _ in range(args.rounds):
                 version_walls.append(measured([*GRADETRAIL, "--version"], work)[0])
                 wall, rss, stdout = measured(run_args(spec, work), work)
@@ -84,7 +94,9 @@ def main() -> None:
                     raise RuntimeError("the cached re-run called the provider")
                 warm_walls.append(wall)
                 warm_rss = max(warm_rss, rss)
+                bare_walls.append(measured(bare, REPO)[0])
             warm, version = statistics.median(warm_walls), statistics.median(version_walls)
+            floor = statistics.median(bare_walls)
             print(f"n={args.n}")
             print(
                 f"  cold run:   peak RSS {cold_rss / MB:.0f} MB (target <= 300); "
@@ -95,6 +107,20 @@ def main() -> None:
                 f"  cached run wall {warm:.2f} s, --version {version:.2f} s: "
                 f"{warm - version:.2f} s past it (target <= 1.5), {warm / version:.1f}x; "
                 f"rounds {' '.join(f'{w:.2f}' for w in warm_walls)}"
+            )
+            print(
+                f"  bare replay (the floor) {floor:.2f} s: {floor - version:.2f} s past "
+                f"--version; the cached run is {(warm - version) / (floor - version):.2f}x "
+                "the floor past it"
+            )
+            (run_dir,) = [p for p in (work / "results").iterdir() if p.is_dir()]
+            copy = root / "copy"
+            shutil.copytree(run_dir, copy)
+            report_rss = measured([*GRADETRAIL, "report", str(run_dir)], work)[1]
+            compare_rss = measured([*GRADETRAIL, "compare", str(run_dir), str(copy)], work)[1]
+            print(
+                f"  readers: report peak RSS {report_rss / MB:.0f} MB, compare (with a copy) "
+                f"{compare_rss / MB:.0f} MB (target <= 300 each)"
             )
             if args.big:
                 big = root / "big"
