@@ -88,10 +88,11 @@ def _destination(args: argparse.Namespace) -> object | None:
 
 
 def _tune_gc() -> None:
-    """A run builds a few objects per sample that live until it ends and form no cycles
-    worth finding early; the default collector (a pass every 700 allocations, each young
-    pass walking them again until they are promoted) took ~15% of a warm 10,000-sample
-    run. The modules loaded so far are frozen out of every pass."""
+    """The commands build a few objects per sample that form no cycles worth finding
+    early; the default collector (a pass every 700 allocations, each young pass walking
+    them again until they are promoted) took ~15% of a warm 10,000-sample run. The
+    modules loaded so far are frozen out of every pass; a run also pauses the collector
+    while it computes a batch (`collector.py`)."""
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
 
