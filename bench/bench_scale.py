@@ -108,10 +108,11 @@ def main() -> None:
                 f"{warm - version:.2f} s past it (target <= 1.5), {warm / version:.1f}x; "
                 f"rounds {' '.join(f'{w:.2f}' for w in warm_walls)}"
             )
+            past = floor - version  # none at a small n: the replay imports less
+            ratio = f"{(warm - version) / past:.2f}x" if past > 0 else "(no ratio)"
             print(
-                f"  bare replay (the floor) {floor:.2f} s: {floor - version:.2f} s past "
-                f"--version; the cached run is {(warm - version) / (floor - version):.2f}x "
-                "the floor past it"
+                f"  bare replay (the floor) {floor:.2f} s: {past:.2f} s past --version; "
+                f"the cached run is {ratio} the floor past it"
             )
             (run_dir,) = [p for p in (work / "results").iterdir() if p.is_dir()]
             copy = root / "copy"
