@@ -279,7 +279,8 @@ def _scorer_calls(
         if endpoint is None:
             continue
         provider, model = endpoint.endpoint.provider, endpoint.endpoint.model
-        cached = cache.lookup(list(known)) if cache is not None and known else {}
+        # Whether each is cached, not the answers: a hit costs this run nothing.
+        cached = cache.cached_keys(list(known)) if cache is not None and known else set()
         misses = [r for k, r in known.items() if k not in cached]
         input_tokens = sum(estimate_tokens(r) for r in misses) + sum(
             estimate_tokens(r) + response_tokens for r, response_tokens in guessed
