@@ -73,14 +73,21 @@ class CallPlan:
     tokenizer: str = TOKENIZER
     at_least: bool = False  # an agent's later steps are not known
     worst_calls: int | None = None  # an agent: step_budget per case
+    # What the figures assume (the same for every batch of a run).
     notes: list[str] = field(default_factory=list)
     # A scorer's calls that judge target responses still to come (estimated).
     pending: int = 0
 
+    @property
+    def all_notes(self) -> list[str]:
+        """The notes, and how many calls judge responses still to come."""
+        return self.notes + ([_pending_note(self.pending)] if self.pending else [])
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "notes": self.all_notes}
+
     def plus(self, other: "CallPlan") -> "CallPlan":
         """This role's calls with another batch's."""
-        pending = self.pending + other.pending
-        notes = [n for n in self.notes if not n.endswith(_PENDING)]
         return replace(
             self,
             calls=self.calls + other.calls,
@@ -93,17 +100,14 @@ class CallPlan:
             worst_calls=None
             if self.worst_calls is None or other.worst_calls is None
             else self.worst_calls + other.worst_calls,
-            notes=notes + ([_pending_note(pending)] if pending else []),
-            pending=pending,
+            pending=self.pending + other.pending,
         )
-
-
-_PENDING = "their input estimated as the prompt plus the target's max_tokens"
 
 
 def _pending_note(count: int) -> str:
     return (
-        f"{count} of the calls judge target responses still to come: counted as misses, {_PENDING}"
+        f"{count} of the calls judge target responses still to come: counted as misses, "
+        "their input estimated as the prompt plus the target's max_tokens"
     )
 
 
@@ -134,8 +138,8 @@ class ModelPlan:
             "model": self.model,
             "provider": self.provider,
             "samples": self.samples,
-            "target": asdict(self.target),
-            "scorers": [asdict(c) for c in self.scorers],
+            "target": self.target.to_json(),
+            "scorers": [c.to_json() for c in self.scorers],
             "cost_low_usd": self.cost_low,
             "worst_case_usd": self.worst_case,
         }
@@ -287,7 +291,6 @@ def _scorer_calls(
         )
         output_worst = sum(_max_tokens(r) for r in misses) + sum(_max_tokens(r) for r, _ in guessed)
         low, high = _costs(prices, provider, model, input_tokens, output_worst)
-        notes = [_pending_note(len(guessed))] if guessed else []
         out.append(
             CallPlan(
                 role=f"scorer {scorer.name}",
@@ -300,7 +303,6 @@ def _scorer_calls(
                 output_tokens_worst=output_worst,
                 cost_low=low,
                 cost_high=high,
-                notes=notes,
                 pending=len(guessed),
             )
         )
@@ -345,7 +347,7 @@ def format_plan(plan: ModelPlan) -> str:
             f"    Output tokens, worst case: {c.output_tokens_worst} (max_tokens × misses)"
         )
         lines.append(f"    Cost: {_range(c.cost_low, c.cost_high)}")
-        lines += [f"    Note: {n}" for n in c.notes]
+        lines += [f"    Note: {n}" for n in c.all_notes]
     lines.append(f"  Total cost: {_range(plan.cost_low, plan.worst_case)}")
     return "\n".join(lines)
 

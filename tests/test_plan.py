@@ -170,3 +170,34 @@ def test_max_cost_with_no_cache_counts_every_sample_as_a_miss(
     allowed = _cli(tmp_path, "run", str(spec), "--max-cost", limit)
     assert allowed.returncode == 0, allowed.stderr
     assert fake_server.calls == ALL - WARM
+
+
+def test_calls_judging_responses_to_come_are_noted_once_for_the_whole_run(
+    tmp_path: Path,
+) -> None:
+    from gradetrail_lib.cost_plan import estimate_run, format_plan
+    from gradetrail_lib.pipeline import BATCH_ITEMS, plan
+    from gradetrail_lib.pricing import load_prices
+    from gradetrail_lib.spec import load_spec
+
+    n = BATCH_ITEMS + 5  # two batches, summed
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    (tmp_path / "judge.j2").write_text(JUDGE_PROMPT)
+    spec = write_spec(tmp_path / "add.yaml", base_url="http://127.0.0.1:9/v1")
+    spec.write_text(
+        spec.read_text().replace(
+            "scorer: {type: numeric}\n", "scorers:\n  - {name: score, type: numeric}"
+        )
+        + JUDGE.format(url="http://127.0.0.1:9/v1")
+    )
+    loaded = load_spec(spec)
+    estimated = estimate_run(
+        plan(loaded, loaded.spec.models[0], defer_check=True), None, load_prices()
+    )
+    (judge,) = estimated.scorers
+    assert judge.pending == judge.misses == n
+    note = f"{n} of the calls judge target responses still to come"
+    rest = "counted as misses, their input estimated as the prompt plus the target's max_tokens"
+    assert [x for x in judge.all_notes if "still to come" in x] == [f"{note}: {rest}"]
+    assert format_plan(estimated).count("still to come") == 1
+    assert judge.to_json()["notes"] == judge.all_notes
