@@ -223,7 +223,7 @@ def _samples_of(
     (in a table, where every row has every column, an empty (null) id is a missing one).
     Uniqueness is checked when `check` is set, through the ids' hashes (8 bytes an id,
     not the ids); a hash seen twice is looked at again, so only true duplicates fail."""
-    hashes = array("q")
+    hashes = [array("q") for _ in range(_HASH_BUCKETS)]  # by the hash's low bits
     count = 0
     for number, obj in rows:
         if "id" not in obj or (tabular and obj["id"] is None):
@@ -235,7 +235,8 @@ def _samples_of(
         if not sample_id:
             raise InputError(where, number, "id", "must not be empty")
         if check:
-            hashes.append(hash(sample_id))
+            hashed = hash(sample_id)
+            hashes[hashed % _HASH_BUCKETS].append(hashed)
         count += 1
         yield Sample(id=sample_id, fields=obj, line=number)
     if count == 0:
@@ -245,11 +246,21 @@ def _samples_of(
         _first_duplicate(where, again(), unit, twice)
 
 
-def _repeated(hashes: "array[int]") -> set[int]:
-    """The values that occur more than once, found by sorting them (a list of them for
-    a moment, while the dataset is checked, rather than a set of them for the run)."""
-    ordered = sorted(hashes)
-    return {a for a, b in zip(ordered, islice(ordered, 1, None), strict=False) if a == b}
+# The ids' hashes are kept in buckets, each sorted on its own at the end: a sorted list
+# of a million hashes (Python ints) took 55 MB for a moment, at the end of a run that
+# checks its dataset as it goes (when DuckDB holds most of what it ever will); a bucket's
+# list is 1/64 of that. Equal hashes share a bucket.
+_HASH_BUCKETS = 64
+
+
+def _repeated(buckets: "list[array[int]]") -> set[int]:
+    """The values that occur more than once, found by sorting each bucket (a list of
+    its values for a moment, rather than a set of every value for the run)."""
+    twice: set[int] = set()
+    for bucket in buckets:
+        ordered = sorted(bucket)
+        twice.update(a for a, b in zip(ordered, islice(ordered, 1, None), strict=False) if a == b)
+    return twice
 
 
 def _first_duplicate(
