@@ -221,9 +221,10 @@ def _samples_of(
 ) -> Iterator[Sample]:
     """Samples from numbered rows: each needs a unique, non-empty string or integer `id`
     (in a table, where every row has every column, an empty (null) id is a missing one).
-    Uniqueness is checked when `check` is set, through the ids' hashes (8 bytes an id,
-    not the ids); a hash seen twice is looked at again, so only true duplicates fail."""
-    hashes = [array("q") for _ in range(_HASH_BUCKETS)]  # by the hash's low bits
+    Uniqueness is checked when `check` is set, through the ids' hashes (4 bytes an id,
+    not the ids: `_IdHashes`); a hash seen twice is looked at again, so only true
+    duplicates fail."""
+    hashes = _IdHashes()
     count = 0
     for number, obj in rows:
         if "id" not in obj or (tabular and obj["id"] is None):
@@ -235,42 +236,59 @@ def _samples_of(
         if not sample_id:
             raise InputError(where, number, "id", "must not be empty")
         if check:
-            hashed = hash(sample_id)
-            hashes[hashed % _HASH_BUCKETS].append(hashed)
+            hashes.add(sample_id)
         count += 1
         yield Sample(id=sample_id, fields=obj, line=number)
     if count == 0:
         raise InputError(where, None, None, "dataset has no samples")
-    twice = _repeated(hashes)
+    twice = hashes.repeated()
     if twice:
         _first_duplicate(where, again(), unit, twice)
 
 
-# The ids' hashes are kept in buckets, each sorted on its own at the end: a sorted list
-# of a million hashes (Python ints) took 55 MB for a moment, at the end of a run that
-# checks its dataset as it goes (when DuckDB holds most of what it ever will); a bucket's
-# list is 1/64 of that. Equal hashes share a bucket.
-_HASH_BUCKETS = 64
+class _IdHashes:
+    """The ids' hashes, 40 bits of each: the low 8 pick one of 256 buckets, the next 32
+    are kept in it (4 bytes an id). A run that checks its dataset as it goes holds them
+    to its end, beside what DuckDB holds then (a million ids: 4 MB, not 8); each bucket
+    is sorted on its own at the end (a sorted list of a million Python ints took 55 MB).
+    A million ids share a 40-bit hash about once in two datasets; the only cost of that
+    is `_first_duplicate`'s second read."""
 
+    BUCKETS = 256
 
-def _repeated(buckets: "list[array[int]]") -> set[int]:
-    """The values that occur more than once, found by sorting each bucket (a list of
-    its values for a moment, rather than a set of every value for the run)."""
-    twice: set[int] = set()
-    for bucket in buckets:
-        ordered = sorted(bucket)
-        twice.update(a for a, b in zip(ordered, islice(ordered, 1, None), strict=False) if a == b)
-    return twice
+    def __init__(self) -> None:
+        self._buckets = [array("I") for _ in range(self.BUCKETS)]
+
+    @classmethod
+    def of(cls, sample_id: str) -> tuple[int, int]:
+        hashed = hash(sample_id)
+        return hashed & (cls.BUCKETS - 1), (hashed >> 8) & 0xFFFFFFFF
+
+    def add(self, sample_id: str) -> None:
+        bucket, value = self.of(sample_id)
+        self._buckets[bucket].append(value)
+
+    def repeated(self) -> set[tuple[int, int]]:
+        """The hashes that occur more than once."""
+        twice: set[tuple[int, int]] = set()
+        for bucket, values in enumerate(self._buckets):
+            ordered = sorted(values)
+            pairs = zip(ordered, islice(ordered, 1, None), strict=False)
+            twice.update((bucket, a) for a, b in pairs if a == b)
+        return twice
 
 
 def _first_duplicate(
-    where: str, rows: Iterable[tuple[int, dict[str, Any]]], unit: str, hashes: set[int]
+    where: str,
+    rows: Iterable[tuple[int, dict[str, Any]]],
+    unit: str,
+    hashes: set[tuple[int, int]],
 ) -> None:
     """The first id that is truly repeated, among those whose hash was."""
     first_of: dict[str, int] = {}
     for number, obj in rows:
         sample_id = str(obj["id"])
-        if hash(sample_id) not in hashes:
+        if _IdHashes.of(sample_id) not in hashes:
             continue
         if sample_id in first_of:
             raise InputError(

@@ -185,3 +185,17 @@ def test_a_duplicate_id_among_many_is_found_and_named(tmp_path):
     lines[-1] = '{"id": "fresh"}\n'
     path.write_text("".join(lines))
     assert len(load_dataset(path).samples) == 200_051
+
+
+def test_ids_whose_hashes_collide_are_told_apart(tmp_path, monkeypatch):
+    """Ids are checked through short hashes: where two distinct ids share one (forced
+    here: every id hashes to one of three values), the ids themselves decide."""
+    from gradetrail_lib import dataset
+
+    monkeypatch.setattr(dataset._IdHashes, "of", classmethod(lambda cls, i: (0, len(i) % 3)))
+    unique = [json.dumps({"id": f"s{i}"}) for i in range(50)]
+    assert [s.id for s in load_dataset(write_lines(tmp_path, unique)).validated()] == [
+        f"s{i}" for i in range(50)
+    ]
+    err = load_error(write_lines(tmp_path, [*unique, json.dumps({"id": "s7"})]), SHOWN)
+    assert (err.line, err.message) == (51, "duplicate id 's7' (first on line 8)")
