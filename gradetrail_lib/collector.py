@@ -9,18 +9,31 @@ until it runs again, which it does while a run waits for a provider.
 """
 
 import gc
+import threading
+
+# The pauses in force, process-wide (runs in two threads pause and resume in any order),
+# and whether the collector ran before the first of them.
+_LOCK = threading.Lock()
+_PAUSING: set[int] = set()
+_STATE = {"was_enabled": True}
 
 
 class CollectorPause:
-    """`pause()` and `resume()` the collector, each any number of times; `resume()` in
-    the end leaves it as it was found (a host that disabled it keeps it disabled)."""
-
-    def __init__(self) -> None:
-        self._was_enabled = gc.isenabled()
+    """One run's pause: `pause()` and `resume()` any number of times, in any thread. The
+    collector runs again when no pause is in force, and only if it ran before the first
+    (a host that disabled it keeps it disabled)."""
 
     def pause(self) -> None:
-        gc.disable()
+        with _LOCK:
+            if not _PAUSING:
+                _STATE["was_enabled"] = gc.isenabled()
+            _PAUSING.add(id(self))
+            gc.disable()
 
     def resume(self) -> None:
-        if self._was_enabled:
-            gc.enable()
+        with _LOCK:
+            if id(self) not in _PAUSING:
+                return
+            _PAUSING.discard(id(self))
+            if not _PAUSING and _STATE["was_enabled"]:
+                gc.enable()

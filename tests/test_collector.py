@@ -90,3 +90,19 @@ def test_a_failed_run_resumes_the_collector(tmp_path: Path, collector_on: None) 
     with pytest.raises(KeyboardInterrupt):
         run_model(plan(loaded, loaded.spec.models[0]), None, Failing(), tmp_path / "r")
     assert gc.isenabled()
+
+
+def test_pauses_of_two_runs_end_with_the_collector_as_it_was(collector_on: None) -> None:
+    from gradetrail_lib.collector import CollectorPause
+
+    first, second = CollectorPause(), CollectorPause()
+    first.pause()
+    second.pause()  # a second run, in another thread, starts while the first computes
+    first.resume()
+    assert not gc.isenabled()  # the second still computes
+    first.pause()
+    first.resume()
+    second.resume()
+    assert gc.isenabled()
+    second.resume()  # again: nothing to undo
+    assert gc.isenabled()
