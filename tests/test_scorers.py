@@ -258,6 +258,25 @@ def test_numeric_expected_field_as_string():
     assert score(NUM, "-2.5", answer=" -2.5 ").value == 1.0
 
 
+@pytest.mark.parametrize(
+    "answer", ["42", "0042", "\u0663", "\u00b2", "1,234", " 7 ", "$5", "", "4 2"]
+)
+def test_numeric_expected_from_digits_is_what_parse_number_says(answer):
+    """The expected value of a digits-only string is read without the number pattern;
+    it must agree with it (Unicode digits, superscripts and all)."""
+    from gradetrail_lib.scorers.numeric import NumericMatch, parse_number
+
+    numeric = scorer(NUM, None)
+    assert isinstance(numeric, NumericMatch)
+    expected = parse_number(answer)
+    sample = Sample("s", {"answer": answer}, 1)
+    if expected is None:
+        with pytest.raises(ValueError):
+            numeric.expected(sample)
+    else:
+        assert numeric.expected(sample) == expected
+
+
 def test_numeric_negative_is_not_positive():
     assert score(NUM, "It is -7", answer=7).value == 0.0
 

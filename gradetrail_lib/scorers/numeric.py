@@ -81,6 +81,10 @@ class NumericMatch(BaseScorer):
 
     def expected(self, sample: Sample) -> float:
         value = sample.fields[self.config.field]
+        if isinstance(value, str) and value.isdecimal():
+            # Digits only (what `\d` matches): parse_number's answer, 5x sooner; a run
+            # asks twice a sample (its check, its score).
+            return float(value)
         if isinstance(value, bool):
             raise ValueError(f"field {self.config.field!r} is a boolean, not a number")
         number = float(value) if isinstance(value, int | float) else parse_number(str(value))
@@ -111,7 +115,6 @@ class NumericMatch(BaseScorer):
         got = self.extract(response)
         if got is None:
             return Score(0.0, f"no number found in {clip(response)!r}; expected {expected:g}")
-        tolerances = {"rel_tol": self.config.rel_tol, "abs_tol": self.config.abs_tol}
-        if math.isclose(got, expected, **tolerances):
+        if math.isclose(got, expected, rel_tol=self.config.rel_tol, abs_tol=self.config.abs_tol):
             return Score(1.0, f"{got:g} matches {expected:g}")
         return Score(0.0, f"{got:g} != {expected:g}")
