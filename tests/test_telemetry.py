@@ -313,6 +313,17 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`code` run by a fresh interpreter (whose imports and environment are its own),
+    which must succeed."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 _RUN = textwrap.dedent(
     """
     import os, sys
@@ -334,15 +345,7 @@ _RUN = textwrap.dedent(
 
 
 def test_unconfigured_imports_no_opentelemetry() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN],
-        env=_clean_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _python(_RUN, _clean_env())
     assert done.stdout.split() == ["_NoSpans", "False"]
 
 
@@ -373,16 +376,8 @@ def test_a_host_applications_provider_gets_the_spans() -> None:
         print(sorted(found), run.parent.span_id == job.get_span_context().span_id)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        # OTLP asked for too: the host's provider (it read the same variables) wins.
-        env=_clean_env(OTEL_TRACES_EXPORTER="otlp"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    # OTLP asked for too: the host's provider (it read the same variables) wins.
+    done = _python(code, _clean_env(OTEL_TRACES_EXPORTER="otlp"))
     assert (
         done.stdout.strip() == "['chat m', 'gradetrail.run', 'gradetrail.sample', 'host job'] True"
     )
@@ -432,15 +427,7 @@ def test_otlp_export_configured_by_the_environment(collector, variable: str) -> 
         service = "nightly-evals"
     # A queue smaller than the run's 41 spans: records() waits for the export, none dropped.
     env.update(OTEL_BSP_MAX_QUEUE_SIZE="8", OTEL_BSP_MAX_EXPORT_BATCH_SIZE="4")
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _python(_RUN, env)
     assert done.stdout.split() == ["_Spans", "True"]
     assert received, "the collector received nothing"
     names: list[str] = []
@@ -457,15 +444,7 @@ def test_otlp_export_configured_by_the_environment(collector, variable: str) -> 
 
 
 def test_console_exporter_writes_to_stderr() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN],
-        env=_clean_env(OTEL_TRACES_EXPORTER="console"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _python(_RUN, _clean_env(OTEL_TRACES_EXPORTER="console"))
     assert done.stdout.split() == ["_Spans", "True"]
     assert '"name": "gradetrail.run"' in done.stderr
 
@@ -506,15 +485,7 @@ def test_a_run_emits_its_spans_batch_by_batch(tmp_path: Path) -> None:
         print({{c.attributes.get("gen_ai.request.model") for c in calls}})
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=_clean_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _python(code, _clean_env())
     lines = done.stdout.strip().splitlines()
     assert lines[0] == "2 10 10"
     assert lines[1] == str(["scored"] * 5)
