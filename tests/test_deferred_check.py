@@ -6,6 +6,7 @@ stops the run before any call, with every error named and nothing written."""
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,23 @@ def append(tmp_path: Path, *rows: dict[str, object]) -> None:
 def run_dirs(root: Path) -> list[Path]:
     """Run and staging directories (not the history file)."""
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def seeded(tmp_path: Path, server: FakeLLMServer, results: str = "seed") -> ResponseCache:
+    """The project's 30 samples run once (their answers cached, the server's counts
+    reset); the cache."""
+    loaded = load_spec(project(tmp_path, server.base_url))
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    run_model(plan(loaded, loaded.spec.models[0]), cache, LocalBackend(), tmp_path / results)
+    server.reset_counts()
+    return cache
+
+
+def deferred_run(tmp_path: Path, cache: ResponseCache, **options: Any) -> None:
+    """The project's spec, read again, run with its check deferred into `r`."""
+    loaded = load_spec(tmp_path / "spec.yaml")
+    deferred = plan(loaded, loaded.spec.models[0], defer_check=True)
+    run_model(deferred, cache, LocalBackend(), tmp_path / "r", **options)
 
 
 def test_a_deferred_plan_is_checked_by_its_batches_or_at_once(tmp_path: Path) -> None:
@@ -119,23 +137,16 @@ def test_a_fully_cached_run_of_a_deferred_plan_reads_the_dataset_once(
 def test_an_error_after_cached_batches_stops_the_run_before_its_first_call(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
-    loaded = load_spec(project(tmp_path, fake_server.base_url))
-    model = loaded.spec.models[0]
-    cache = ResponseCache(tmp_path / "c.duckdb")
-    run_model(plan(loaded, model), cache, LocalBackend(), tmp_path / "seed")
-    fake_server.reset_counts()
+    cache = seeded(tmp_path, fake_server)
     # Two new samples the cache lacks (their batch would send), the second malformed.
     append(
         tmp_path,
         {"id": "new1", "a": 1000, "b": 1, "answer": "1001"},
         {"id": "new2", "a": 1000, "answer": "1001"},
     )
-    loaded = load_spec(tmp_path / "spec.yaml")
     with pytest.raises(InputError) as raised:
-        run_model(
-            plan(loaded, model, defer_check=True), cache, LocalBackend(), tmp_path / "r",
-            batch_samples=31,  # new1 ends the first batch, which would send it
-        )  # fmt: skip
+        # new1 ends the first batch, which would send it
+        deferred_run(tmp_path, cache, batch_samples=31)
     assert (raised.value.line, raised.value.field) == (32, "prompt")
     assert "'b' is undefined" in str(raised.value)
     assert fake_server.calls == 0
@@ -145,17 +156,11 @@ def test_an_error_after_cached_batches_stops_the_run_before_its_first_call(
 def test_an_error_in_a_cached_batch_reports_every_error_of_the_dataset(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
-    loaded = load_spec(project(tmp_path, fake_server.base_url))
-    model = loaded.spec.models[0]
-    cache = ResponseCache(tmp_path / "c.duckdb")
-    run_model(plan(loaded, model), cache, LocalBackend(), tmp_path / "seed")
+    cache = seeded(tmp_path, fake_server)
     append(tmp_path, {"id": "bad1", "a": 1}, {"id": "bad2", "b": 2, "answer": "x"})
-    loaded = load_spec(tmp_path / "spec.yaml")
     with pytest.raises(InputErrors) as raised:
-        run_model(
-            plan(loaded, model, defer_check=True), cache, LocalBackend(), tmp_path / "r",
-            batch_samples=1000,  # one batch: its inline check meets bad1 first
-        )  # fmt: skip
+        # One batch: its inline check meets bad1 first.
+        deferred_run(tmp_path, cache, batch_samples=1000)
     lines = sorted({e.line for e in raised.value.errors})
     assert lines == [31, 32]  # both rows, as an eager plan reports them
     assert run_dirs(tmp_path / "r") == []
@@ -164,17 +169,13 @@ def test_an_error_in_a_cached_batch_reports_every_error_of_the_dataset(
 def test_a_duplicate_id_in_a_fully_cached_run_fails_and_writes_nothing(
     tmp_path: Path, fake_server: FakeLLMServer
 ) -> None:
-    loaded = load_spec(project(tmp_path, fake_server.base_url))
-    model = loaded.spec.models[0]
-    cache = ResponseCache(tmp_path / "c.duckdb")
-    run_model(plan(loaded, model), cache, LocalBackend(), tmp_path / "r")
+    cache = seeded(tmp_path, fake_server, results="r")
     (before,) = run_dirs(tmp_path / "r")
     results = (before / "results.jsonl").read_bytes()
     first = json.loads((tmp_path / "data" / "add.jsonl").read_text().splitlines()[0])
     append(tmp_path, first)  # its request is cached: every batch is the cache's
-    loaded = load_spec(tmp_path / "spec.yaml")
     with pytest.raises(InputError, match="duplicate id 's000'"):
-        run_model(plan(loaded, model, defer_check=True), cache, LocalBackend(), tmp_path / "r")
+        deferred_run(tmp_path, cache)
     assert run_dirs(tmp_path / "r") == [before]  # the previous run as it was
     assert (before / "results.jsonl").read_bytes() == results
 
