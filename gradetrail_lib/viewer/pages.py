@@ -30,7 +30,7 @@ from gradetrail_lib.report import (
     sample_view,
 )
 from gradetrail_lib.runs import Run, distinct_labels
-from gradetrail_lib.stats import PairedComparison, check_comparable, compare, pair_up
+from gradetrail_lib.stats import PairedComparison, check_comparable, compare
 from gradetrail_lib.stats.intervals import Estimate, Interval
 from gradetrail_lib.stats.run_stats import percent
 from gradetrail_lib.summary import format_cost
@@ -494,10 +494,9 @@ def _pair(
 ) -> Paired:
     """`compare` on the two indexes (NotComparable when their samples differ, with the
     counts per side), and where each of A's samples is in B."""
-    sheet_a, sheet_b = a.sheet(scorer), b.sheet(scorer)
-    pair_up(sheet_a, sheet_b, labels)  # a different sample set first, then the notes
+    # (Forced, the check only makes notes: a different sample set is compare's refusal.)
     notes = check_comparable(ma, mb, scorer, force=True, labels=labels)
-    comparison = compare(sheet_a, sheet_b, scorer, labels=labels, notes=notes)
+    comparison = compare(a.sheet(scorer), b.sheet(scorer), scorer, labels=labels, notes=notes)
     b_of_a = np.array(
         [b.positions[(i, r)] for i, r in zip(a.ids, a.repeats.tolist(), strict=True)],
         dtype=np.int64,
