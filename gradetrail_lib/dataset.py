@@ -14,10 +14,11 @@ import datetime
 import decimal
 import hashlib
 import json
+import os
 import uuid
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
@@ -42,6 +43,18 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class DatasetPart:
+    """One of a dataset's two halves, read on its own: `read(ids, skip)` checks each row
+    as the whole dataset's reading does, adds each id's hash to `ids` when given (whoever
+    holds the halves' hashes tells duplicates apart: `IdHashes.repeated`), and starts
+    after its first `skip` samples (their ids not added)."""
+
+    # Lines (rows) in the part, blank ones included: its size, not its sample count.
+    lines: int
+    read: Callable[["IdHashes | None", int], Iterator[Sample]]
+
+
+@dataclass(frozen=True)
 class Dataset:
     """A dataset's samples, read afresh from its source each time they are iterated (a
     JSONL file is never held whole: a run streams it). `validated()` reads them checking
@@ -51,6 +64,8 @@ class Dataset:
     content_hash: str
     # The samples, in order; checked (ids unique, every row valid) when True.
     read: Callable[[bool], Iterator[Sample]]
+    # The samples in two halves (`halves`).
+    cut: Callable[[], tuple[DatasetPart, DatasetPart] | None] | None = None
 
     def __iter__(self) -> Iterator[Sample]:
         return self.read(False)
@@ -63,9 +78,26 @@ class Dataset:
         """Every sample, validated, in memory (small datasets; a run streams instead)."""
         return list(self.validated())
 
+    def halves(self) -> tuple[DatasetPart, DatasetPart] | None:
+        """The samples in two parts that together read as the whole, in order (a JSONL
+        file cut at the first line past its middle byte); None when it cannot be cut in
+        two non-empty parts."""
+        return self.cut() if self.cut is not None else None
 
-def _listed(samples: list[Sample]) -> Callable[[bool], Iterator[Sample]]:
-    return lambda _check: iter(samples)
+
+def _listed(samples: list[Sample]) -> Dataset:
+    """`Dataset` fields of samples in memory (checked when they were loaded)."""
+
+    def halves() -> tuple[DatasetPart, DatasetPart] | None:
+        middle = len(samples) // 2
+        if middle == 0:
+            return None
+        return (
+            DatasetPart(middle, lambda _ids, skip: iter(samples[skip:middle])),
+            DatasetPart(len(samples) - middle, lambda _ids, skip: iter(samples[middle + skip :])),
+        )
+
+    return Dataset(Path(), "", lambda _check: iter(samples), halves)
 
 
 def dataset_format(path: Path, given: Format | None = None) -> Format:
@@ -80,14 +112,19 @@ def load_dataset(path: Path, shown_as: str | None = None, format: Format | None 
     if kind == "jsonl":
         # Hashed now, read (and checked) as it is iterated: a run streams the file.
         digest = _file_hash(where, path)
-        return Dataset(path, digest, lambda check: _jsonl_samples(where, path, check))
+        return Dataset(
+            path,
+            digest,
+            lambda check: _jsonl_samples(where, path, check),
+            lambda: _jsonl_halves(where, path),
+        )
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
     unit: Literal["line", "row"] = "line" if kind == "csv" else "row"
     samples = _samples(where, _duckdb_rows(where, path, kind), unit)
-    return Dataset(path, sha256_hex(raw), _listed(samples))
+    return replace(_listed(samples), path=path, content_hash=sha256_hex(raw))
 
 
 def _file_hash(where: str, path: Path) -> str:
@@ -123,6 +160,38 @@ def _jsonl_samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
         yield from _samples_of(where, rows, again, "line", check, tabular=False)
 
 
+def _jsonl_halves(where: str, path: Path) -> tuple[DatasetPart, DatasetPart] | None:
+    """The file cut where the first line at or past its middle byte starts."""
+    try:
+        with open(path, "rb") as data:
+            size = os.fstat(data.fileno()).st_size
+            data.seek(max(size // 2 - 1, 0))
+            data.readline()  # to the start of the first line at or past the middle byte
+            cut = data.tell()
+            if cut >= size:
+                return None
+            data.seek(0)
+            lines, left = 0, cut
+            while left:
+                chunk = data.read(min(left, 1 << 20))
+                lines += chunk.count(b"\n")
+                left -= len(chunk)
+    except OSError as exc:
+        raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
+    last = size - cut  # bytes, a bound on the lines: only `lines` of the first is used
+
+    def part(start: int, count: int | None, first_line: int) -> DatasetPart:
+        def read(ids: IdHashes | None, skip: int) -> Iterator[Sample]:
+            with open(path, "rb") as data:
+                data.seek(start)
+                rows = _jsonl_rows(where, islice(data, count), first_line)
+                yield from islice(_checked_rows(where, rows, ids, False, skip), skip, None)
+
+        return DatasetPart(count if count is not None else last, read)
+
+    return part(0, lines, 1), part(cut, None, lines + 1)
+
+
 # json's C scanner, called directly: json.loads wraps it in two calls and two regex
 # matches a line, a third of reading a dataset (a run reads it twice: checked, then in
 # batches). A line it does not take whole goes through json.loads, for its error.
@@ -130,8 +199,10 @@ _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # t
 _JSON_SPACE = " \t\n\r"
 
 
-def _jsonl_rows(where: str, lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, raw in enumerate(lines, start=1):
+def _jsonl_rows(
+    where: str, lines: Iterable[bytes], first_line: int = 1
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, raw in enumerate(lines, start=first_line):
         try:
             text_line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -222,10 +293,29 @@ def _samples_of(
     """Samples from numbered rows: each needs a unique, non-empty string or integer `id`
     (in a table, where every row has every column, an empty (null) id is a missing one).
     Uniqueness is checked when `check` is set, through the ids' hashes (4 bytes an id,
-    not the ids: `_IdHashes`); a hash seen twice is looked at again, so only true
+    not the ids: `IdHashes`); a hash seen twice is looked at again, so only true
     duplicates fail."""
-    hashes = _IdHashes()
+    hashes = IdHashes() if check else None
     count = 0
+    for sample in _checked_rows(where, rows, hashes, tabular):
+        count += 1
+        yield sample
+    if count == 0:
+        raise InputError(where, None, None, "dataset has no samples")
+    twice = hashes.repeated() if hashes is not None else None
+    if twice:
+        _first_duplicate(where, again(), unit, twice)
+
+
+def _checked_rows(
+    where: str,
+    rows: Iterable[tuple[int, dict[str, Any]]],
+    ids: "IdHashes | None",
+    tabular: bool,
+    skip: int = 0,
+) -> Iterator[Sample]:
+    """Each row as a sample, its id checked; the ids' hashes added to `ids` but for the
+    first `skip` rows'."""
     for number, obj in rows:
         if "id" not in obj or (tabular and obj["id"] is None):
             raise InputError(where, number, "id", "missing")
@@ -235,18 +325,15 @@ def _samples_of(
         sample_id = str(sample_id)
         if not sample_id:
             raise InputError(where, number, "id", "must not be empty")
-        if check:
-            hashes.add(sample_id)
-        count += 1
+        if ids is not None:
+            if skip:
+                skip -= 1
+            else:
+                ids.add(sample_id)
         yield Sample(id=sample_id, fields=obj, line=number)
-    if count == 0:
-        raise InputError(where, None, None, "dataset has no samples")
-    twice = hashes.repeated()
-    if twice:
-        _first_duplicate(where, again(), unit, twice)
 
 
-class _IdHashes:
+class IdHashes:
     """The ids' hashes, 40 bits of each: the low 8 pick one of 256 buckets, the next 32
     are kept in it (4 bytes an id). A run that checks its dataset as it goes holds them
     to its end, beside what DuckDB holds then (a million ids: 4 MB, not 8); each bucket
@@ -268,6 +355,16 @@ class _IdHashes:
         bucket, value = self.of(sample_id)
         self._buckets[bucket].append(value)
 
+    def clear(self) -> None:
+        for bucket in self._buckets:
+            del bucket[:]
+
+    def extend(self, other: "IdHashes") -> None:
+        """Adds another's hashes (taken in this process or a fork of it: `hash()` of a
+        string differs between interpreters)."""
+        for mine, theirs in zip(self._buckets, other._buckets, strict=True):
+            mine.extend(theirs)
+
     def repeated(self) -> set[tuple[int, int]]:
         """The hashes that occur more than once."""
         twice: set[tuple[int, int]] = set()
@@ -288,7 +385,7 @@ def _first_duplicate(
     first_of: dict[str, int] = {}
     for number, obj in rows:
         sample_id = str(obj["id"])
-        if _IdHashes.of(sample_id) not in hashes:
+        if IdHashes.of(sample_id) not in hashes:
             continue
         if sample_id in first_of:
             raise InputError(
@@ -333,4 +430,4 @@ def load_hf_dataset(ref: "DatasetRef") -> Dataset:
     ]
     samples = _samples(where, rows, "row")
     path = files[0].parent if files else Path(where)
-    return Dataset(path, hash_json([r for _, r in rows]), _listed(samples))
+    return replace(_listed(samples), path=path, content_hash=hash_json([r for _, r in rows]))

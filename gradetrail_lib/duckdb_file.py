@@ -75,6 +75,18 @@ class _Attachments:
             raise
         return connection
 
+    def close_idle(self) -> bool:
+        """Closes this process's instance unless a file is attached; whether none is left.
+        A fork must start its own, and one made while the parent's lives hangs doing so
+        (in the instance's thread scheduler, joining threads the fork did not copy)."""
+        with self._lock:
+            if self._users:
+                return False
+            if self._instance is not None and self._pid == os.getpid():
+                self._instance.close()
+            self._instance = None
+            return True
+
     def release(self, path: str, alias: str) -> None:
         with self._lock:
             self._users[path] -= 1
@@ -84,6 +96,12 @@ class _Attachments:
 
 
 _ATTACHMENTS = _Attachments()
+
+
+def ready_to_fork() -> bool:
+    """Whether this process may fork a child that uses DuckDB files: true once no file is
+    attached and the process's instance is closed (the next use here opens another)."""
+    return _ATTACHMENTS.close_idle()
 
 
 def _alias(path: str) -> str:

@@ -144,9 +144,20 @@ class RecordsFingerprint:
         self._digest = hashlib.sha256()
 
     def add(self, r: "TraceRecord") -> None:
+        self._digest.update(self.encode(r))
+
+    @staticmethod
+    def encode(r: "TraceRecord") -> bytes:
+        """What the fingerprint hashes of one record: the hash of records is that of the
+        concatenation of their encodings (so a part of a run can be encoded elsewhere
+        and `update`d in, in order)."""
         scores = sorted((k, v.score, v.reason, v.error) for k, v in r.scores.items())
         keys = [c.request_key for c in r.calls]
-        self._digest.update(canonical_json([r.id, r.repeat, keys, scores, r.outcome]).encode())
+        return canonical_json([r.id, r.repeat, keys, scores, r.outcome]).encode()
+
+    def update(self, encoded: bytes) -> None:
+        """Records' `encode`d bytes, as `add` would have hashed them."""
+        self._digest.update(encoded)
 
     def hexdigest(self) -> str:
         return self._digest.hexdigest()

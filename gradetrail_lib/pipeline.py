@@ -16,7 +16,7 @@ from typing import Protocol
 
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache import CacheWriter, ResponseCache
-from gradetrail_lib.dataset import Dataset, Sample, load_dataset_ref
+from gradetrail_lib.dataset import Dataset, DatasetPart, IdHashes, Sample, load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.live_endpoints import live_requests
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
@@ -186,18 +186,31 @@ class RunPlan:
             scorer.check(sample, messages, label)
         check_retrieval_fields(sample, label)
 
-    def batches(self, size: int | None = None) -> Iterator[EvalPlan]:
+    def batches(
+        self,
+        size: int | None = None,
+        part: DatasetPart | None = None,
+        ids: IdHashes | None = None,
+        skip: int = 0,
+    ) -> Iterator[EvalPlan]:
         """The items, `size` samples (with their repeats; default `batch_samples`) at a
         time, in order. An unchecked plan checks each sample as it renders it; at the
-        first input error it checks the rest, to raise every error as `checked()` does."""
+        first input error it checks the rest, to raise every error as `checked()` does.
+
+        `part` (one of `Dataset.halves()`) reads that part only, after its first `skip`
+        samples; an unchecked plan then adds the part's ids' hashes to `ids` and leaves
+        telling duplicates apart to the caller (`IdHashes.repeated`)."""
         size = size or batch_samples(self.repeats)
-        if self.samples is not None:
-            samples = iter(self.dataset)
+        check = self.samples is None
+        if part is not None:
+            samples = part.read(ids if check else None, skip)
+        else:
+            samples = self.dataset.validated() if check else iter(self.dataset)
+        if not check:
             while chunk := list(islice(samples, size)):
                 yield self.batch(chunk)
             return
         try:
-            samples = self.dataset.validated()
             while chunk := list(islice(samples, size)):
                 yield self.batch(chunk, check=True)
         except InputError:

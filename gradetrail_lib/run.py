@@ -1,7 +1,10 @@
 """A run, end to end: responses (scorer calls pipelined), records, summary, run directory.
 The CLI, `run_spec` and the Dagster assets share it."""
 
+import contextlib
 import hashlib
+import os
+import threading
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +20,10 @@ from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.collector import CollectorPause
 from gradetrail_lib.config import ModelConfig, ProviderName
+from gradetrail_lib.dataset import DatasetPart, IdHashes
+from gradetrail_lib.duckdb_file import ready_to_fork
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
+from gradetrail_lib.forked import Forked
 from gradetrail_lib.history import HistoryEntry, record_run
 from gradetrail_lib.identity import batch_fingerprint
 from gradetrail_lib.keyset import KeySet
@@ -29,14 +35,15 @@ from gradetrail_lib.pipeline import (
     fetch_responses,
     look_up,
 )
+from gradetrail_lib.pipeline import batch_samples as default_batch_samples
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.records import Scoring
-from gradetrail_lib.rundir import RESULTS_FILE, RunDirWriter, build_manifest
+from gradetrail_lib.rundir import RESULTS_FILE, PartWriter, RunDirWriter, build_manifest
 from gradetrail_lib.settings import DEFAULTS
 from gradetrail_lib.spec import LoadedSpec, Spec, load_spec
 from gradetrail_lib.summary import RunSummary, summarize
-from gradetrail_lib.telemetry import start_run
+from gradetrail_lib.telemetry import NO_SPANS, RunSpans, start_run
 from gradetrail_lib.totals import RunTotals
 from gradetrail_lib.trace import Manifest, TraceRecord, iter_records
 
@@ -76,15 +83,19 @@ def _batches(
     scoring_for: Callable[[EvalPlan], Scoring] | None = None,
     batch_samples: int | None = None,
     collector: CollectorPause | None = None,
+    source: Iterator[EvalPlan] | None = None,
+    done: int = 0,
+    only_cached: bool = False,
 ) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
     """Each batch of the plan with its responses (looked up, then the misses sent), the
     phases' seconds added to `timings`. `scoring_for(batch)` makes the listener that
     starts the batch's records (and its judging) as its responses arrive. A paused
-    `collector` is resumed before anything is sent (a batch that waits collects)."""
-    done = 0
+    `collector` is resumed before anything is sent (a batch that waits collects).
+    `source`: the batches (default: the plan's, `batch_samples` samples each), after
+    `done` items; `only_cached` stops before the first batch that would call anything."""
     prepared = False
     timings.setdefault("plan", 0.0)
-    batches = plan.batches(batch_samples)
+    batches = source if source is not None else plan.batches(batch_samples)
     while True:
         started = time.perf_counter()  # rendering and keying the batch's requests
         batch = next(batches, None)
@@ -96,6 +107,8 @@ def _batches(
         scoring = scoring_for(batch) if scoring_for is not None else None
         # Anything that may call out: a target's miss, a judge, an agent's tools.
         calls = sends or batch.toolbox is not None or (scoring is not None and scoring.makes_calls)
+        if calls and only_cached:
+            return
         if calls and plan.item_count is None:
             started = time.perf_counter()
             plan = plan.checked()  # every sample, before the first call
@@ -138,6 +151,7 @@ def run_model(
     known_errors: Mapping[str, ProviderError] | None = None,
     sent_before: Container[str] = frozenset(),
     batch_samples: int | None = None,
+    split: bool = False,
 ) -> CompletedRun:
     """One model of a spec, batch by batch: responses with the scorers' calls
     overlapping them, the records scored and streamed into the run directory, the
@@ -146,7 +160,10 @@ def run_model(
     ran first (load, plan); the manifest's timings name every phase. With
     `send_targets=False` (Dagster's scores) no target request is sent: what the cache
     lacks takes its error from `known_errors`, and the keys in `sent_before` (that step's
-    own calls) are recorded as calls of this run, not as cache hits."""
+    own calls) are recorded as calls of this run, not as cache hits.
+
+    `split`: a large plan the cache may answer whole has its dataset's second half
+    replayed by a fork of this process while this one does the first (`_halves`)."""
     started_at = datetime.now(UTC)
     prices = prices or load_prices()
     totals = RunTotals(plan.scorer_names)
@@ -156,27 +173,35 @@ def run_model(
     target_backend: Backend = backend if send_targets else NotSent(known_errors or {})
     execution: dict[str, object] = {}
     spans = start_run(plan.loaded.spec.name, plan.model, started_at)
+    size = batch_samples or default_batch_samples(plan.repeats)
     # Paused while a batch is computed, resumed while one waits (`collector`).
     collector = CollectorPause()
     collector.pause()
+
+    def scoring_for(batch: EvalPlan) -> Scoring:
+        return Scoring(
+            batch, cache, backend, read_cache=read_cache, prices=prices, sent_before=sent_before
+        )
+
+    def write(out: RunDirWriter, source: Iterator[EvalPlan] | None = None, done: int = 0) -> int:
+        batches = _batches(
+            plan, cache, target_backend, read_cache=read_cache, timings=timings,
+            progress=progress, batch_samples=size, collector=collector,
+            scoring_for=scoring_for, source=source, done=done,
+        )  # fmt: skip
+        return _write(batches, totals, out, timings, execution, spans, collector)
+
     try:
         with RunDirWriter(results_root) as out:
-            for _batch, responses, scoring in _batches(
-                plan, cache, target_backend, read_cache=read_cache, timings=timings,
-                progress=progress, batch_samples=batch_samples, collector=collector,
-                scoring_for=lambda b: Scoring(
-                    b, cache, backend, read_cache=read_cache, prices=prices, sent_before=sent_before
-                ),
-            ):  # fmt: skip
-                assert scoring is not None
-                started = time.perf_counter()
-                records = scoring.finish(responses).records
-                totals.add_batch(records)
-                spans.records(records)
-                timings["scoring"] += time.perf_counter() - started
-                out.write(records)
-                execution = {**execution, **responses.execution}
-                collector.pause()
+            halves = None
+            if split and send_targets and spans is NO_SPANS and cache is not None and read_cache:
+                halves = _halves(plan, size)
+            if halves is None or cache is None:
+                write(out)
+            else:
+                _write_in_two(
+                    plan, halves, cache, out, totals, timings, execution, scoring_for, write, size
+                )  # fmt: skip
             summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
             manifest = build_manifest(
                 plan, execution, totals.served, summary, prices, timings, started_at
@@ -190,6 +215,148 @@ def run_model(
     entry = record_run(results_root, manifest, totals, run_dir, out.fingerprint.hexdigest())
     spans.end(manifest)
     return CompletedRun(summary, manifest, run_dir, entry, totals)
+
+
+def _write(
+    batches: Iterator[tuple[EvalPlan, Responses, Scoring | None]],
+    totals: RunTotals,
+    out: RunDirWriter | PartWriter,
+    timings: dict[str, float],
+    execution: dict[str, object],
+    spans: RunSpans = NO_SPANS,
+    collector: CollectorPause | None = None,
+) -> int:
+    """Scores each batch's records, adds them to `totals` and writes them; the items
+    written. `execution` takes each batch's; a paused `collector` is paused again after
+    each batch's wait."""
+    items = 0
+    for batch, responses, scoring in batches:
+        assert scoring is not None
+        started = time.perf_counter()
+        records = scoring.finish(responses).records
+        totals.add_batch(records)
+        spans.records(records)
+        timings["scoring"] = timings.get("scoring", 0.0) + time.perf_counter() - started
+        out.write(records)
+        execution.update(responses.execution)
+        items += len(batch.items)
+        if collector is not None:
+            collector.pause()
+    return items
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _halves(plan: RunPlan, size: int) -> tuple[DatasetPart, DatasetPart] | None:
+    """The dataset's halves when a fork may replay the second while this process does
+    the first: a plan that calls nothing but its target (no judge, no tools), scored by
+    this package's own scorers (a Python scorer's code may not survive a fork), in a
+    process of one thread (a fork copies only the thread that forks) with no DuckDB file
+    attached, on two cores or more; each half a batch or more. A cached run's work is a
+    core's worth of Python a sample (docs/performance.md)."""
+    if (
+        plan.toolbox is not None
+        or any(s.makes_calls or s.type == "python" for s in plan.scorers)
+        or not hasattr(os, "fork")
+        or _cores() < 2
+        or threading.active_count() != 1
+    ):
+        return None
+    halves = plan.dataset.halves()
+    if halves is None or min(h.lines for h in halves) < size:
+        return None
+    return halves if ready_to_fork() else None
+
+
+@dataclass
+class _ReplayedHalf:
+    """What the fork did: the samples of its half it replayed (whole batches, from the
+    half's start), their totals and (for an unchecked plan) their ids' hashes."""
+
+    samples: int
+    totals: RunTotals
+    ids: IdHashes | None
+
+
+def _replay(
+    plan: RunPlan,
+    half: DatasetPart,
+    cache: ResponseCache,
+    scoring_for: Callable[[EvalPlan], Scoring],
+    out: PartWriter,
+    size: int,
+) -> _ReplayedHalf:
+    """The fork's work: the half's batches that the cache answers whole, up to the first
+    that would call (or an input error: the run meets it again, and then checks the
+    whole dataset to report every error)."""
+    totals = RunTotals(plan.scorer_names)
+    done_ids = IdHashes() if plan.samples is None else None
+    reading = IdHashes() if plan.samples is None else None
+
+    def completed(
+        batches: Iterator[tuple[EvalPlan, Responses, Scoring | None]],
+    ) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
+        for batch in batches:
+            yield batch
+            # Asked for the next: this one is written; its ids are the fork's to vouch for.
+            if done_ids is not None and reading is not None:
+                done_ids.extend(reading)
+                reading.clear()
+
+    batches = _batches(
+        plan, cache, NotSent({}), read_cache=True, timings={}, progress=None,
+        scoring_for=scoring_for, source=plan.batches(size, half, reading), only_cached=True,
+    )  # fmt: skip
+    with contextlib.suppress(InputError):
+        _write(completed(batches), totals, out, {}, {})
+    out.close()
+    return _ReplayedHalf(totals.samples // plan.repeats, totals, done_ids)
+
+
+def _write_in_two(
+    plan: RunPlan,
+    halves: tuple[DatasetPart, DatasetPart],
+    cache: ResponseCache,
+    out: RunDirWriter,
+    totals: RunTotals,
+    timings: dict[str, float],
+    execution: dict[str, object],
+    scoring_for: Callable[[EvalPlan], Scoring],
+    write: Callable[[RunDirWriter, Iterator[EvalPlan] | None, int], int],
+    size: int,
+) -> None:
+    """The run with its second half replayed by a fork: this process does the first
+    half, appends what the fork did, then does whatever the fork left (it stops at the
+    first batch that would call; a fork that failed leaves the whole half)."""
+    first, second = halves
+    ids = IdHashes() if plan.samples is None else None
+    part = out.part("second-half")
+    fork = Forked.start(lambda: _replay(plan, second, cache, scoring_for, part, size))
+    try:
+        items = write(out, plan.batches(size, first, ids), 0)
+        started = time.perf_counter()
+        replayed = fork.result()
+        timings["second_process"] = time.perf_counter() - started
+    finally:
+        fork.stop()
+    skip = 0
+    if replayed is not None:
+        out.append(part)
+        totals.extend(replayed.totals)
+        if ids is not None and replayed.ids is not None:
+            ids.extend(replayed.ids)
+        skip = replayed.samples
+        items += replayed.totals.samples
+    part.remove()
+    execution["second_process_samples"] = skip
+    write(out, plan.batches(size, second, ids, skip), items)
+    if ids is not None and ids.repeated():
+        plan.checked()  # raises on an id used twice (two ids may share a hash)
 
 
 @dataclass
@@ -394,6 +561,8 @@ def run_spec(
     response_cache = ResponseCache(Path(cache) if cache else default_cache_path())
     with sender.session():
         return [
-            run_model(p, response_cache, sender, Path(results_root), read_cache=read_cache)
+            run_model(
+                p, response_cache, sender, Path(results_root), read_cache=read_cache, split=True
+            )
             for p in plans
         ]

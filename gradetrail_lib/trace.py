@@ -380,18 +380,29 @@ def record_json(record: TraceRecord) -> bytes:
     return record_adapter().dump_json(record)
 
 
+WRITE_BUFFER = 1 << 20
+
+
 class RecordWriter:
     """Writes records to a results.jsonl file as they come (a stream, not a list)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.count = 0
-        self._dump = record_adapter().dump_json
-        self._out = open(path, "wb")  # noqa: SIM115 (closed by close() / __exit__)
+        # The serializer itself: TypeAdapter.dump_json's wrapper adds a third (0.55 us).
+        self._dump = record_adapter().serializer.to_json
+        # A large buffer: with the default 8 KiB, writing 100,000 records of ~650 bytes
+        # took 0.19 s of system calls, with 1 MiB 0.04 s (docs/performance.md).
+        self._out = open(path, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 (closed by close() / __exit__)
 
     def write(self, record: TraceRecord) -> None:
         self._out.write(self._dump(record) + b"\n")
-        self.count += 1
+
+    def append_file(self, path: Path) -> None:
+        """Another records file's bytes after the records written so far."""
+        self._out.flush()
+        with open(path, "rb") as source:
+            while chunk := source.read(WRITE_BUFFER):
+                self._out.write(chunk)
 
     def write_all(self, records: Iterable[TraceRecord]) -> None:
         for record in records:

@@ -192,7 +192,7 @@ def test_ids_whose_hashes_collide_are_told_apart(tmp_path, monkeypatch):
     here: every id hashes to one of three values), the ids themselves decide."""
     from gradetrail_lib import dataset
 
-    monkeypatch.setattr(dataset._IdHashes, "of", classmethod(lambda cls, i: (0, len(i) % 3)))
+    monkeypatch.setattr(dataset.IdHashes, "of", classmethod(lambda cls, i: (0, len(i) % 3)))
     unique = [json.dumps({"id": f"s{i}"}) for i in range(50)]
     assert [s.id for s in load_dataset(write_lines(tmp_path, unique)).validated()] == [
         f"s{i}" for i in range(50)

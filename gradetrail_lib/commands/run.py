@@ -275,6 +275,7 @@ def _run_spec(
             read_cache=not args.no_cache,
             progress=ProgressBar(label),
             before={"startup": startup_s, "load": job.load_s, "plan": plan_s},
+            split=True,
         )
         any_scored = any_scored or done.summary.any_scored
         print(f"Run: {label} -> {done.run_dir}", file=out)

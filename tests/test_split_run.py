@@ -1,0 +1,183 @@
+"""A large run the cache may answer has its dataset's second half replayed by a fork of
+the run (`run_model(split=True)`, as `gradetrail run` and `run_spec` make it) while the run
+does the first: what it writes is what one process writes, byte for byte; what the fork
+cannot do (a miss, an input error, its own death) the run does itself; an input error
+anywhere, an id in both halves among them, fails the run with nothing written."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradetrail_lib.backends.local import LocalBackend
+from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.pipeline import plan
+from gradetrail_lib.run import run_model
+from gradetrail_lib.spec import load_spec
+from tests.conftest import run_cli
+
+N = 400
+BATCH = 40  # halves of ~200 samples: 5 batches each
+
+
+def rows(n: int = N) -> list[dict[str, Any]]:
+    return [{"id": f"s{i}", "gold": str(i % 3), "answer": str(i % 2)} for i in range(n)]
+
+
+def project(tmp_path: Path, repeats: int = 1, n: int = N) -> Path:
+    write_rows(tmp_path, rows(n))
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: s\ndataset: {path: data/x.jsonl}\nprompt: 'Number {{ id }}?'\n"
+        f"repeats: {repeats}\n"
+        "model: {provider: scripted, name: oracle, answer_field: answer}\n"
+        "scorer: {type: exact, field: gold}\n"
+    )
+    return spec
+
+
+def write_rows(tmp_path: Path, listed: list[dict[str, Any]]) -> None:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in listed))
+
+
+def seed(tmp_path: Path, repeats: int = 1) -> None:
+    """Every request of the project answered once (into the cache c.duckdb)."""
+    loaded = load_spec(project(tmp_path, repeats))
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    run_model(plan(loaded, loaded.spec.models[0]), cache, LocalBackend(), tmp_path / "seed")
+
+
+def split_run(
+    tmp_path: Path, results: str, *flags: str, cache: str = "c.duckdb"
+) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "tests.support.split_run", str(tmp_path / "s.yaml"),
+            str(tmp_path / cache), str(tmp_path / results), str(BATCH), *flags,
+        ],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert done.stderr == "", done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def results_of(report: dict[str, Any]) -> bytes:
+    return (Path(report["run_dir"]) / "results.jsonl").read_bytes()
+
+
+def same_run(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert results_of(a) == results_of(b)
+    for field in ("fingerprint", "scores", "outcomes", "calls", "cache_hits"):
+        assert a[field] == b[field], field
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_a_cached_run_in_two_processes_writes_what_one_process_writes(
+    tmp_path: Path, repeats: int
+) -> None:
+    seed(tmp_path, repeats)
+    code_two, two = split_run(tmp_path, "two")
+    code_one, one = split_run(tmp_path, "one", "--one-core")
+    assert code_two == code_one == 0
+    replayed = two["execution"]["second_process_samples"]
+    assert N // 4 < replayed < N * 3 // 4  # the fork did about half
+    assert "second_process_samples" not in one["execution"]
+    same_run(two, one)
+    assert two["calls"] == 0
+    assert two["cache_hits"] == N * repeats
+    ids = [json.loads(line)["id"] for line in results_of(two).splitlines()]
+    assert ids == [r["id"] for r in rows() for _ in range(repeats)]
+
+
+def test_a_miss_in_the_second_half_is_sent_by_the_run_after_what_the_fork_did(
+    tmp_path: Path,
+) -> None:
+    seed(tmp_path)
+    shutil.copy(tmp_path / "c.duckdb", tmp_path / "copy.duckdb")
+    changed = rows()
+    changed[-3]["id"] = "new"  # a new prompt: its batch (the half's last) is a miss
+    write_rows(tmp_path, changed)
+    code, two = split_run(tmp_path, "two")
+    assert code == 0
+    assert two["calls"] == 1
+    replayed = two["execution"]["second_process_samples"]
+    assert 0 < replayed < N // 2  # the fork stopped at the miss's batch
+    _, one = split_run(tmp_path, "one", "--one-core", cache="copy.duckdb")
+    same_run(two, one)
+
+
+def test_a_killed_fork_costs_time_not_results(tmp_path: Path) -> None:
+    seed(tmp_path)
+    code, two = split_run(tmp_path, "two", "--kill-fork")
+    assert code == 0
+    assert two["execution"]["second_process_samples"] == 0  # the run did the half itself
+    _, one = split_run(tmp_path, "one", "--one-core")
+    same_run(two, one)
+
+
+def test_input_errors_in_the_second_half_are_all_named_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    seed(tmp_path)
+    broken = rows()
+    for i in (N - 150, N - 10):
+        del broken[i]["gold"]
+    write_rows(tmp_path, broken)
+    code, report = split_run(tmp_path, "two")
+    assert code == 2
+    assert [e.split(":")[1] for e in report["errors"]] == [str(N - 149), str(N - 9)]
+    assert all("gold" in e for e in report["errors"])
+    assert not (tmp_path / "two").exists() or not any((tmp_path / "two").iterdir())
+
+
+def test_an_id_in_both_halves_fails_the_run_and_leaves_the_last_run_as_it_was(
+    tmp_path: Path,
+) -> None:
+    seed(tmp_path)
+    code, first = split_run(tmp_path, "two")
+    assert code == 0
+    before = results_of(first)
+    repeated = rows()
+    repeated[-1]["id"] = "s0"  # the same prompt as the first sample's: cached, so the fork
+    write_rows(tmp_path, repeated)  # replays it and only the ids of both halves tell
+    code, report = split_run(tmp_path, "two")
+    assert code == 2
+    (error,) = report["errors"]
+    assert f":{N}: id: duplicate id 's0' (first on line 1)" in error
+    assert results_of(first) == before
+    assert [p.name for p in (tmp_path / "two").iterdir() if p.is_dir()] == [
+        Path(first["run_dir"]).name
+    ]
+
+
+def test_gradetrail_run_replays_half_of_a_large_cached_run_in_a_second_process(
+    tmp_path: Path,
+) -> None:
+    """Through the CLI, at its own batch size (halves of a batch or more: 2 x 8,192)."""
+    n = 17_000
+    project(tmp_path, n=n)
+    args = ["run", "s.yaml", "--cache", "c.duckdb", "--results", "r"]
+    cold = run_cli(*args, cwd=tmp_path)
+    assert cold.returncode == 0, cold.stderr
+    cold_dir = next((tmp_path / "r").glob("s-*"))
+    first = (cold_dir / "results.jsonl").read_bytes()
+    # Every request a miss: the fork stopped at its first batch and the run sent the half.
+    cold_manifest = json.loads((cold_dir / "manifest.json").read_text())
+    assert cold_manifest["execution"]["second_process_samples"] == 0
+    warm = run_cli(*args, cwd=tmp_path)
+    assert warm.returncode == 0, warm.stderr
+    assert f"Cache hits: {n}/{n}" in warm.stdout
+    (run_dir,) = [p for p in (tmp_path / "r").iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["execution"]["second_process_samples"] > n // 4
+    # The cold run's records but for the cache hits, which the re-run's all are.
+    assert (run_dir / "results.jsonl").read_bytes() == first.replace(
+        b'"cache_hit":false', b'"cache_hit":true'
+    )
+    timings = manifest["timings_s"]
+    assert timings["total"] == pytest.approx(sum(v for k, v in timings.items() if k != "total"))
