@@ -264,11 +264,13 @@ class Scoring:
         scoring = ScoreInput(item.sample, record.response, record)
         named = self._requests.get(position)
         pending = []
+        outcomes: list[ModelResponse | ProviderError | None] = []
         for index, scorer in enumerate(self.plan.scorers):
-            requests = named[index] if named is not None else []
-            outcomes = [calls.outcome(r.key) for r in requests]
-            for request, outcome in zip(requests, outcomes, strict=True):
-                record.calls.append(self._scorer_call(scorer.name, request, outcome, calls))
+            if named is not None:
+                requests = named[index]
+                outcomes = [calls.outcome(r.key) for r in requests]
+                for request, outcome in zip(requests, outcomes, strict=True):
+                    record.calls.append(self._scorer_call(scorer.name, request, outcome, calls))
             try:
                 result = scorer.score(scoring, outcomes)
                 if not isinstance(result, Score):  # an awaitable (an async Python scorer)
