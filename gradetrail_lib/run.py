@@ -168,7 +168,7 @@ def run_model(
     prices = prices or load_prices()
     totals = RunTotals(plan.scorer_names)
     timings = dict(before or {})
-    for phase in ("cache_lookup", "responses", "scoring"):
+    for phase in ("plan", "cache_lookup", "responses", "scoring"):
         timings.setdefault(phase, 0.0)
     target_backend: Backend = backend if send_targets else NotSent(known_errors or {})
     execution: dict[str, object] = {}
@@ -195,7 +195,9 @@ def run_model(
         with RunDirWriter(results_root) as out:
             halves = None
             if split and send_targets and spans is NO_SPANS and cache is not None and read_cache:
+                started = time.perf_counter()
                 halves = _halves(plan, size)
+                timings["plan"] += time.perf_counter() - started
             if halves is None or cache is None:
                 write(out)
             else:
@@ -276,9 +278,11 @@ def _halves(plan: RunPlan, size: int) -> tuple[DatasetPart, DatasetPart] | None:
 @dataclass
 class _ReplayedHalf:
     """What the fork did: the samples of its half it replayed (whole batches, from the
-    half's start), their totals and (for an unchecked plan) their ids' hashes."""
+    half's start), whether that was all of them, their totals and (for an unchecked plan)
+    their ids' hashes."""
 
     samples: int
+    whole: bool
     totals: RunTotals
     ids: IdHashes | None
 
@@ -297,6 +301,11 @@ def _replay(
     totals = RunTotals(plan.scorer_names)
     done_ids = IdHashes() if plan.samples is None else None
     reading = IdHashes() if plan.samples is None else None
+    read = [False]  # whether every batch of the half was read and went on
+
+    def counted(source: Iterator[EvalPlan]) -> Iterator[EvalPlan]:
+        yield from source
+        read[0] = True
 
     def completed(
         batches: Iterator[tuple[EvalPlan, Responses, Scoring | None]],
@@ -310,12 +319,14 @@ def _replay(
 
     batches = _batches(
         plan, cache, NotSent({}), read_cache=True, timings={}, progress=None,
-        scoring_for=scoring_for, source=plan.batches(size, half, reading), only_cached=True,
+        scoring_for=scoring_for, source=counted(plan.batches(size, half, reading)),
+        only_cached=True,
     )  # fmt: skip
     with contextlib.suppress(InputError):
         _write(completed(batches), totals, out, {}, {})
     out.close()
-    return _ReplayedHalf(totals.samples // plan.repeats, totals, done_ids)
+    # (A stop before a batch that would call leaves the source unfinished.)
+    return _ReplayedHalf(totals.samples // plan.repeats, read[0], totals, done_ids)
 
 
 def _write_in_two(
@@ -336,12 +347,15 @@ def _write_in_two(
     first, second = halves
     ids = IdHashes() if plan.samples is None else None
     part = out.part("second-half")
+    started = time.perf_counter()
     fork = Forked.start(lambda: _replay(plan, second, cache, scoring_for, part, size))
+    forking = time.perf_counter() - started
     try:
         items = write(out, plan.batches(size, first, ids), 0)
         started = time.perf_counter()
         replayed = fork.result()
-        timings["second_process"] = time.perf_counter() - started
+        # Starting the fork, and waiting for it once this process is done.
+        timings["second_process"] = forking + time.perf_counter() - started
     finally:
         fork.stop()
     skip = 0
@@ -354,7 +368,8 @@ def _write_in_two(
         items += replayed.totals.samples
     part.remove()
     execution["second_process_samples"] = skip
-    write(out, plan.batches(size, second, ids, skip), items)
+    if replayed is None or not replayed.whole:
+        write(out, plan.batches(size, second, ids, skip), items)
     if ids is not None and ids.repeated():
         plan.checked()  # raises on an id used twice (two ids may share a hash)
 
