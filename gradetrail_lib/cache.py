@@ -113,7 +113,7 @@ class ResponseCache:
         """Which of `keys` the cache answers (without reading the answers)."""
         if not keys:
             return set()
-        with open_connection(self.path) as connection:
+        with open_connection(self.path, read_only=True) as connection:
             rows = connection.execute(
                 f"SELECT DISTINCT r.key FROM responses r JOIN ({_KEYS_TABLE}) wanted"
                 " ON r.key = wanted.key",
@@ -126,7 +126,7 @@ class ResponseCache:
         is not loaded: nothing downstream reads it, and parsing it dominates a warm run."""
         if not keys:
             return {}
-        with open_connection(self.path) as connection:
+        with open_connection(self.path, read_only=True) as connection:
             # Newest first, so that of two rows of one key the earliest is assigned last.
             rows = connection.execute(
                 "SELECT r.key, r.text, r.served_model, r.stop_reason, r.input_tokens,"
@@ -164,7 +164,7 @@ class ResponseCache:
 
     def count(self) -> int:
         """Distinct request keys cached."""
-        with open_connection(self.path) as connection:
+        with open_connection(self.path, read_only=True) as connection:
             row = connection.execute("SELECT count(DISTINCT key) FROM responses").fetchone()
         return int(row[0]) if row else 0
 

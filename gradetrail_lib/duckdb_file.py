@@ -40,14 +40,25 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
     return isinstance(exc, duckdb.IOException) and "Could not set lock on file" in str(exc)
 
 
+class _InUse(Exception):
+    """This process reads the file (attached read-only) and a writer must wait."""
+
+
 class _Attachments:
-    """One in-memory instance per process and the files attached to it, with users."""
+    """One in-memory instance per process and the files attached to it, with users.
+
+    A file only read is attached read-only: processes that read one file at once do not
+    wait for each other (a read-only attachment takes a shared lock; two cached halves
+    of one run look their keys up side by side). A writer waits for this process's
+    readers; a reader uses a writer's attachment."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid = -1
         self._instance: duckdb.DuckDBPyConnection | None = None
         self._users: dict[str, int] = {}
+        # Whether each attached file is attached read-only.
+        self._read_only: dict[str, bool] = {}
 
     def _current(self) -> duckdb.DuckDBPyConnection:
         # A forked child must not use its parent's instance (its threads did not survive).
@@ -55,16 +66,27 @@ class _Attachments:
             self._instance = duckdb.connect(":memory:", config={"threads": 1})
             self._pid = os.getpid()
             self._users = {}
+            self._read_only = {}
         return self._instance
 
-    def acquire(self, path: str, alias: str) -> duckdb.DuckDBPyConnection:
+    def acquire(
+        self, path: str, alias: str, read_only: bool = False
+    ) -> duckdb.DuckDBPyConnection:
         """A new connection with `path` attached as `alias` and in use; raises on a lock."""
         with self._lock:
             instance = self._current()
-            if not self._users.get(path):
+            if self._users.get(path):
+                if self._read_only[path] and not read_only:
+                    raise _InUse(path)
+            else:
+                if self._read_only.get(path, read_only) != read_only:
+                    instance.execute(f"DETACH {alias}")  # left by a DETACH that failed
+                    del self._read_only[path]
                 quoted = path.replace("'", "''")
+                mode = " (READ_ONLY)" if read_only else ""
                 # IF NOT EXISTS: a DETACH that failed earlier leaves it attached, and usable.
-                instance.execute(f"ATTACH IF NOT EXISTS '{quoted}' AS {alias}")
+                instance.execute(f"ATTACH IF NOT EXISTS '{quoted}' AS {alias}{mode}")
+                self._read_only[path] = read_only
             self._users[path] = self._users.get(path, 0) + 1
             connection = instance.cursor()
         try:
@@ -93,6 +115,7 @@ class _Attachments:
             if self._users[path] == 0:
                 del self._users[path]
                 self._current().execute(f"DETACH {alias}")
+                del self._read_only[path]
 
 
 _ATTACHMENTS = _Attachments()
@@ -110,10 +133,15 @@ def _alias(path: str) -> str:
 
 @contextmanager
 def open_connection(
-    path: Path, *, wait_s: float = 120.0, rng: random.Random | None = None
+    path: Path,
+    *,
+    wait_s: float = 120.0,
+    rng: random.Random | None = None,
+    read_only: bool = False,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection whose default database is the file at `path`, for one short piece of
-    work; waits (with jittered backoff) while another process holds the file."""
+    work (`read_only`: reads only); waits (with jittered backoff) while another process
+    holds the file, or, to write, while this one reads it."""
     rng = rng or random.Random()
     resolved = str(path.resolve())
     alias = _alias(resolved)
@@ -121,10 +149,10 @@ def open_connection(
     pause = 0.005
     while True:
         try:
-            connection = _ATTACHMENTS.acquire(resolved, alias)
+            connection = _ATTACHMENTS.acquire(resolved, alias, read_only)
             break
-        except duckdb.Error as exc:
-            if not _is_lock_error(exc):
+        except (duckdb.Error, _InUse) as exc:
+            if isinstance(exc, duckdb.Error) and not _is_lock_error(exc):
                 raise GradetrailError(f"{path}: cannot open the database: {exc}") from exc
             if time.monotonic() > deadline:
                 raise DatabaseLocked(f"{path}: still locked after {wait_s:g}s: {exc}") from exc

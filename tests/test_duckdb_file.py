@@ -148,3 +148,55 @@ def test_an_io_error_other_than_the_lock_fails_at_once(tmp_path: Path) -> None:
     ):
         pass
     assert time.monotonic() - started < 5
+
+
+READ_WHILE_HELD = """
+import sys, time
+from pathlib import Path
+from gradetrail_lib.duckdb_file import open_connection
+with open_connection(Path(sys.argv[1]), read_only=True) as connection:
+    print(connection.execute("SELECT count(*) FROM t").fetchone()[0], flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_processes_that_only_read_the_file_read_it_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "db.duckdb"
+    with open_connection(path) as connection:
+        connection.execute("CREATE TABLE t (x INTEGER)")
+        connection.execute("INSERT INTO t VALUES (1), (2), (3)")
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READ_WHILE_HELD, str(path), "5"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert reader.stdout is not None
+        assert reader.stdout.readline().strip() == "3"  # it reads, and holds the file
+        with open_connection(path, read_only=True, wait_s=1.0) as connection:
+            assert connection.execute("SELECT count(*) FROM t").fetchone() == (3,)
+        with pytest.raises(DatabaseLocked), open_connection(path, wait_s=0.3):
+            pass  # a writer waits for the other process's reader
+    finally:
+        reader.kill()
+        reader.wait()
+
+
+def test_a_writer_waits_for_this_processes_readers_and_a_reader_uses_a_writers_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "db.duckdb"
+    with open_connection(path) as connection:
+        connection.execute("CREATE TABLE t (x INTEGER)")
+    with (
+        open_connection(path, read_only=True),
+        pytest.raises(DatabaseLocked),
+        open_connection(path, wait_s=0.2),
+    ):
+        pass
+    with open_connection(path) as writer:
+        writer.execute("INSERT INTO t VALUES (5)")
+        with open_connection(path, read_only=True) as reader:
+            assert reader.execute("SELECT x FROM t").fetchall() == [(5,)]
+        writer.execute("INSERT INTO t VALUES (6)")  # still attached for writing
+    with open_connection(path) as connection:
+        assert connection.execute("SELECT count(*) FROM t").fetchone() == (2,)
