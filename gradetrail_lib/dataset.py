@@ -352,8 +352,8 @@ class IdHashes:
         return hashed & (cls.BUCKETS - 1), (hashed >> 8) & 0xFFFFFFFF
 
     def add(self, sample_id: str) -> None:
-        hashed = hash(sample_id)  # `of`, inline: once a sample
-        self._buckets[hashed & (self.BUCKETS - 1)].append((hashed >> 8) & 0xFFFFFFFF)
+        bucket, value = self.of(sample_id)
+        self._buckets[bucket].append(value)
 
     def clear(self) -> None:
         for bucket in self._buckets:

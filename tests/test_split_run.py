@@ -158,7 +158,8 @@ def test_an_id_in_both_halves_fails_the_run_and_leaves_the_last_run_as_it_was(
 def test_gradetrail_run_replays_half_of_a_large_cached_run_in_a_second_process(
     tmp_path: Path,
 ) -> None:
-    """Through the CLI, at its own batch size (halves of a batch or more: 2 x 8,192)."""
+    """Through the CLI, at its own batch size (halves of a batch or more: 2 x 8,192);
+    `--processes 1` keeps it in one."""
     n = 17_000
     project(tmp_path, n=n)
     args = ["run", "s.yaml", "--cache", "c.duckdb", "--results", "r"]
@@ -181,3 +182,11 @@ def test_gradetrail_run_replays_half_of_a_large_cached_run_in_a_second_process(
     )
     timings = manifest["timings_s"]
     assert timings["total"] == pytest.approx(sum(v for k, v in timings.items() if k != "total"))
+    alone = run_cli(*args, "--processes", "1", cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert "second_process_samples" not in manifest["execution"]
+    assert "second_process" not in manifest["timings_s"]
+    assert (run_dir / "results.jsonl").read_bytes() == first.replace(
+        b'"cache_hit":false', b'"cache_hit":true'
+    )

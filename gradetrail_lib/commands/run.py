@@ -102,6 +102,15 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         help="do not read the cache (every request is sent); responses are still stored",
     )
     run.add_argument(
+        "--processes",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="2 (the default): a large run the cache answers has the second half of its "
+        "dataset replayed by a second process beside this one, where it may (two cores, no "
+        "judge, tools, Python scorer or tracing); 1: one process",
+    )
+    run.add_argument(
         "--max-cost",
         type=float,
         default=None,
@@ -275,7 +284,7 @@ def _run_spec(
             read_cache=not args.no_cache,
             progress=ProgressBar(label),
             before={"startup": startup_s, "load": job.load_s, "plan": plan_s},
-            split=True,
+            split=args.processes == 2,
         )
         any_scored = any_scored or done.summary.any_scored
         print(f"Run: {label} -> {done.run_dir}", file=out)
