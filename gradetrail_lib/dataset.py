@@ -207,8 +207,6 @@ def _jsonl_rows(
             text_line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(where, number, None, "not valid UTF-8") from exc
-        if not text_line.strip():
-            continue
         obj: Any = None
         if text_line.startswith("{"):
             try:
@@ -219,6 +217,8 @@ def _jsonl_rows(
                 if text_line[end:].strip(_JSON_SPACE):
                     obj = None  # more after the object: json.loads says what
         if obj is None:
+            if not text_line.strip():
+                continue
             try:
                 obj = json.loads(text_line)
             except json.JSONDecodeError as exc:

@@ -220,14 +220,15 @@ class RunPlan:
     def batch(self, samples: list[Sample], check: bool = False) -> EvalPlan:
         label = self.loaded.spec.dataset.label
         items: list[PlannedSample] = []
+        # (Bound once: a batch renders thousands of samples.)
+        render, build, more = self.renderer.messages, self.builder.build, range(1, self.repeats)
         for sample in samples:
-            messages = self.renderer.messages(sample, label)
+            messages = render(sample, label)
             if check:
                 self._check(sample, messages, label)
-            items.append(PlannedSample(sample, self.builder.build(messages, sample, label)))
-            for repeat in range(1, self.repeats):
-                again = self.builder.build(messages, sample, label, repeat)
-                items.append(PlannedSample(sample, again, repeat))
+            items.append(PlannedSample(sample, build(messages, sample, label)))
+            for repeat in more:
+                items.append(PlannedSample(sample, build(messages, sample, label, repeat), repeat))
         return EvalPlan(
             self.loaded, self.dataset, self.model, items, self.scorers, self.builder, self.toolbox
         )
