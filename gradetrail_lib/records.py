@@ -7,7 +7,7 @@ arrive, so judging overlaps with sending) and by the Dagster scores asset (fed t
 responses asset's output at once)."""
 
 import asyncio
-from collections.abc import Awaitable, Container
+from collections.abc import Awaitable, Container, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,11 @@ from gradetrail_lib.trace import (
 )
 
 _PENDING = ScoreEntry(None, "pending")
+
+# Records made, scored and handed on at a time (`Scoring.parts`): each step over a whole
+# batch's 8,192 walked ~20 MB of objects, out of the CPU's caches by the next step; a
+# part's stay in them (docs/performance.md).
+PART_ITEMS = 1024
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,11 @@ class Scoring:
         self._callers = [i for i, s in enumerate(plan.scorers) if s.makes_calls]
         self._stage = CallStage(cache, backend, read_cache=read_cache) if self._callers else None
         self._delivered: set[str] = set()
+        # Cached responses whose records no scorer call waits for: made part by part.
+        self._cached: dict[str, ModelResponse] = {}
         # An agent's case that stopped early, by position: thrash, budget_exhausted.
         self._stopped: dict[int, FailureMode | None] = {}
+        self._calls = Responses()
 
     @property
     def makes_calls(self) -> bool:
@@ -80,6 +88,11 @@ class Scoring:
 
     def on_cached(self, responses: dict[str, ModelResponse]) -> None:
         """The responses found in the cache, at once (their scorer calls in one batch)."""
+        if self._stage is None and self.plan.toolbox is None:
+            fresh = {k: v for k, v in responses.items() if k not in self._delivered}
+            self._delivered.update(fresh)
+            self._cached.update(fresh)  # nothing to start: their records wait for `parts`
+            return
         requests = [r for k, v in responses.items() for r in self._start(k, v, True)]
         if self._stage is not None:
             self._stage.submit(requests)
@@ -164,24 +177,45 @@ class Scoring:
                 self.on_response(key, response, False)
 
     def finish(self, responses: Responses) -> ScoredRun:
+        records = [record for part in self.parts(responses) for record in part]
+        return ScoredRun(records, self._calls)
+
+    def parts(
+        self, responses: Responses, size: int = PART_ITEMS
+    ) -> Iterator[list[TraceRecord]]:
+        """Every record of the plan, in order, `size` at a time, each part scored (once
+        every scorer call is back: `finish`'s `calls` then hold them)."""
         self.feed(responses)
-        calls = self._stage.close() if self._stage is not None else Responses()
+        if self._stage is not None:
+            self._calls = self._stage.close()
+        items = self.plan.items
+        for start in range(0, len(items), size):
+            yield self._part(range(start, min(start + size, len(items))), responses)
+
+    def _part(self, positions: range, responses: Responses) -> list[TraceRecord]:
+        items, calls = self.plan.items, self._calls
         records: list[TraceRecord] = []
         pending: list[tuple[TraceRecord, str, Awaitable[Score]]] = []
-        for position, item in enumerate(self.plan.items):
+        for position in positions:
+            item = items[position]
             record = self._records[position]
             if record is None:
-                records.append(self._unanswered(item, responses))
-                continue
+                cached = self._cached.get(item.request.key)
+                if cached is None:
+                    records.append(self._unanswered(item, responses))
+                    continue
+                record = self._start_record(item, cached, True)
+            else:
+                self._records[position] = None  # the part's caller holds it now
             if record.response is not None:
                 pending.extend(self._score(position, item, record, calls))
             records.append(record)
         if pending:
             asyncio.run(_await_scores(pending))
-        for position, record in enumerate(records):
+        for position, record in zip(positions, records, strict=True):
             if record.response is not None:
                 _settle(record, self.plan.primary_scorer, self._stopped.get(position))
-        return ScoredRun(records, calls)
+        return records
 
     # -- one record
 

@@ -232,14 +232,18 @@ def _write(
     written. `execution` takes each batch's; a paused `collector` is paused again after
     each batch's wait."""
     items = 0
+    timings.setdefault("scoring", 0.0)
     for batch, responses, scoring in batches:
         assert scoring is not None
         started = time.perf_counter()
-        records = scoring.finish(responses).records
-        totals.add_batch(records)
-        spans.records(records)
-        timings["scoring"] = timings.get("scoring", 0.0) + time.perf_counter() - started
-        out.write(records)
+        for records in scoring.parts(responses):
+            totals.add_all(records)
+            spans.records(records)
+            timings["scoring"] += time.perf_counter() - started
+            out.write(records)
+            started = time.perf_counter()
+        totals.end_batch()
+        timings["scoring"] += time.perf_counter() - started
         execution.update(responses.execution)
         items += len(batch.items)
         if collector is not None:

@@ -150,6 +150,10 @@ class RunTotals:
     def add_batch(self, records: Iterable[TraceRecord]) -> None:
         """A batch of a run's records (see `CallCounter.sent`)."""
         self.add_all(records)
+        self.end_batch()
+
+    def end_batch(self) -> None:
+        """The records added since the last batch were a batch (`add_all` them first)."""
         self.target.end_batch()
         self.judge.end_batch()
         for counter in self.judges.values():

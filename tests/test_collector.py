@@ -32,13 +32,13 @@ class Watching(LocalBackend):
 @pytest.fixture
 def scoring_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     seen: list[bool] = []
-    finish = Scoring.finish
+    parts = Scoring.parts
 
-    def watched(self, responses):  # type: ignore[no-untyped-def]
-        seen.append(gc.isenabled())
-        return finish(self, responses)
+    def watched(self, responses, *args):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())  # as the batch's scoring starts
+        yield from parts(self, responses, *args)
 
-    monkeypatch.setattr(Scoring, "finish", watched)
+    monkeypatch.setattr(Scoring, "parts", watched)
     yield seen
 
 
