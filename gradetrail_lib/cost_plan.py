@@ -21,13 +21,16 @@ Calls that cannot be known before the run are bounded:
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.dataset import IdHashes
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.pipeline import EvalPlan, RunPlan, look_up
+from gradetrail_lib.forked import Forked
+from gradetrail_lib.halves import halves_for_fork
+from gradetrail_lib.pipeline import EvalPlan, RunPlan, batch_samples, look_up
 from gradetrail_lib.pricing import PriceList, format_usd, sum_costs
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.request import ModelRequest
@@ -216,12 +219,55 @@ def estimate(
     )
 
 
-def estimate_run(plan: RunPlan, cache: ResponseCache | None, prices: PriceList) -> ModelPlan:
-    """`estimate` of a whole run, batch by batch (`cache` None: nothing is read from it)."""
+def estimate_run(
+    plan: RunPlan, cache: ResponseCache | None, prices: PriceList, *, split: bool = False
+) -> ModelPlan:
+    """`estimate` of a whole run, batch by batch (`cache` None: nothing is read from it).
+    `split`: a large plan has its dataset's second half estimated by a fork of this
+    process while this one does the first (`halves`); the same figures but for the last
+    bits of a float sum."""
+    size = batch_samples(plan.repeats)
+    halves = halves_for_fork(plan, size, calls=False) if split else None
+    if halves is None:
+        total = _estimate_batches(plan, plan.batches(size), cache, prices)
+        assert total is not None  # a plan has samples
+        return total
+    first, second = halves
+    ids = IdHashes() if plan.samples is None else None
+
+    def in_the_fork() -> tuple[ModelPlan | None, IdHashes | None]:
+        theirs = IdHashes() if plan.samples is None else None
+        return _estimate_batches(plan, plan.batches(size, second, theirs), cache, prices), theirs
+
+    fork = Forked.start(in_the_fork)
+    try:
+        head = _estimate_batches(plan, plan.batches(size, first, ids), cache, prices)
+        done = fork.result()
+    finally:
+        fork.stop()
+    if done is None:  # the fork failed (an input error, say): this process does the half
+        tail = _estimate_batches(plan, plan.batches(size, second, ids), cache, prices)
+    else:
+        tail, theirs = done
+        if ids is not None and theirs is not None:
+            ids.extend(theirs)
+    if ids is not None and ids.repeated():
+        plan.checked()  # raises on an id used twice (two ids may share a hash)
+    total = head if tail is None else tail if head is None else _plus(head, tail)
+    assert total is not None
+    return total
+
+
+def _estimate_batches(
+    plan: RunPlan,
+    batches: Iterator[EvalPlan],
+    cache: ResponseCache | None,
+    prices: PriceList,
+) -> ModelPlan | None:
     total: ModelPlan | None = None
     # Only a calling scorer (a judge) needs the cached answers; the rest, which are hits.
     answers = any(s.makes_calls for s in plan.scorers)
-    for batch in plan.batches():
+    for batch in batches:
         found: Mapping[str, ModelResponse | None] = {}
         if cache is not None and answers:
             found = look_up(batch, cache).responses
@@ -229,7 +275,6 @@ def estimate_run(plan: RunPlan, cache: ResponseCache | None, prices: PriceList) 
             found = dict.fromkeys(cache.cached_keys(batch.request_keys()))
         part = estimate(batch, found, cache, prices)
         total = part if total is None else _plus(total, part)
-    assert total is not None  # a plan has samples
     return total
 
 

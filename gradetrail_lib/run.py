@@ -3,8 +3,6 @@ The CLI, `run_spec` and the Dagster assets share it."""
 
 import contextlib
 import hashlib
-import os
-import threading
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,9 +19,9 @@ from gradetrail_lib.cache import ResponseCache, default_cache_path
 from gradetrail_lib.collector import CollectorPause
 from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.dataset import DatasetPart, IdHashes
-from gradetrail_lib.duckdb_file import ready_to_fork
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
 from gradetrail_lib.forked import Forked
+from gradetrail_lib.halves import halves_for_fork
 from gradetrail_lib.history import HistoryEntry, record_run
 from gradetrail_lib.identity import batch_fingerprint
 from gradetrail_lib.keyset import KeySet
@@ -163,7 +161,7 @@ def run_model(
     own calls) are recorded as calls of this run, not as cache hits.
 
     `split`: a large plan the cache may answer whole has its dataset's second half
-    replayed by a fork of this process while this one does the first (`_halves`)."""
+    replayed by a fork of this process while this one does the first (`halves`)."""
     started_at = datetime.now(UTC)
     prices = prices or load_prices()
     totals = RunTotals(plan.scorer_names)
@@ -196,7 +194,7 @@ def run_model(
             halves = None
             if split and send_targets and spans is NO_SPANS and cache is not None and read_cache:
                 started = time.perf_counter()
-                halves = _halves(plan, size)
+                halves = halves_for_fork(plan, size, calls=True)
                 timings["plan"] += time.perf_counter() - started
             if halves is None or cache is None:
                 write(out)
@@ -249,34 +247,6 @@ def _write(
         if collector is not None:
             collector.pause()
     return items
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def _halves(plan: RunPlan, size: int) -> tuple[DatasetPart, DatasetPart] | None:
-    """The dataset's halves when a fork may replay the second while this process does
-    the first: a plan that calls nothing but its target (no judge, no tools), scored by
-    this package's own scorers (a Python scorer's code may not survive a fork), in a
-    process of one thread (a fork copies only the thread that forks) with no DuckDB file
-    attached, on two cores or more; each half a batch or more. A cached run's work is a
-    core's worth of Python a sample (docs/performance.md)."""
-    if (
-        plan.toolbox is not None
-        or any(s.makes_calls or s.type == "python" for s in plan.scorers)
-        or not hasattr(os, "fork")
-        or _cores() < 2
-        or threading.active_count() != 1
-    ):
-        return None
-    halves = plan.dataset.halves()
-    if halves is None or min(h.lines for h in halves) < size:
-        return None
-    return halves if ready_to_fork() else None
 
 
 @dataclass

@@ -5,6 +5,7 @@ cannot do (a miss, an input error, its own death) the run does itself; an input 
 anywhere, an id in both halves among them, fails the run with nothing written."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -190,3 +191,95 @@ def test_gradetrail_run_replays_half_of_a_large_cached_run_in_a_second_process(
     assert (run_dir / "results.jsonl").read_bytes() == first.replace(
         b'"cache_hit":false', b'"cache_hit":true'
     )
+
+
+def judged_project(tmp_path: Path, n: int = 17_000) -> Path:
+    """A spec of n samples with a judge, whose cost `plan` estimates (nothing is sent)."""
+    from tests.conftest import write_addition_dataset, write_spec
+
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    (tmp_path / "judge.j2").write_text("Ref {{ answer }} Resp {{ response }} GRADE: C or I")
+    spec = write_spec(
+        tmp_path / "add.yaml", base_url="http://127.0.0.1:9/v1", provider="anthropic",
+        model="claude-haiku-4-5",
+    )  # fmt: skip
+    spec.write_text(
+        spec.read_text().replace(
+            "scorer: {type: numeric}\n", "scorers:\n  - {name: score, type: numeric}"
+        )
+        + "\n  - {name: judged, type: judge, prompt_file: judge.j2, params: {max_tokens: 8},\n"
+        "     model: {provider: anthropic, name: claude-sonnet-4-5}}\n"
+    )
+    return spec
+
+
+def one_core() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def plan_json(tmp_path: Path, *, alone: bool = False) -> tuple[int, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "gradetrail_lib.cli", "plan", "add.yaml", "--json",
+         "--cache", "none.duckdb"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        preexec_fn=one_core if alone else None,
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def floats_close(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(floats_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(floats_close(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def test_a_plan_in_two_processes_says_what_one_process_says(tmp_path: Path) -> None:
+    judged_project(tmp_path)
+    code_two, two = plan_json(tmp_path)
+    code_one, one = plan_json(tmp_path, alone=True)
+    assert code_two == code_one == 0, two + one
+    assert floats_close(json.loads(two), json.loads(one))
+    (model,) = json.loads(two)["models"]
+    assert model["samples"] == 17_000
+    assert model["scorers"][0]["pending"] == 17_000  # every judge call estimated
+    # The fork did its half: in a fresh process (one thread), its result is not None.
+    probe = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from gradetrail_lib import forked\n"
+        "from gradetrail_lib.cost_plan import estimate_run\n"
+        "from gradetrail_lib.pipeline import plan\n"
+        "from gradetrail_lib.pricing import load_prices\n"
+        "from gradetrail_lib.spec import load_spec\n"
+        "results = []\n"
+        "result = forked.Forked.result\n"
+        "def seen(self):\n"
+        "    value = result(self)\n"
+        "    results.append(value is not None)\n"
+        "    return value\n"
+        "forked.Forked.result = seen\n"
+        "loaded = load_spec(Path('add.yaml'))\n"
+        "p = plan(loaded, loaded.spec.models[0], defer_check=True)\n"
+        "estimate_run(p, None, load_prices(), split=True)\n"
+        "print(results)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )  # fmt: skip
+    assert done.stdout.strip() == "[True]", done.stderr
+
+
+def test_a_plan_names_an_id_in_both_halves(tmp_path: Path) -> None:
+    judged_project(tmp_path)
+    data = tmp_path / "data" / "add.jsonl"
+    lines = data.read_text().splitlines(keepends=True)
+    lines[-1] = lines[-1].replace('"s16999"', '"s001"')
+    data.write_text("".join(lines))
+    code, out = plan_json(tmp_path)
+    assert code == 2
+    assert "data/add.jsonl:17000: id: duplicate id 's001' (first on line 2)" in out

@@ -45,7 +45,7 @@ def plan_command(args: argparse.Namespace) -> int:
     # A cache that does not exist yet is empty; opening it would create the file.
     cache = ResponseCache(path) if path.exists() else None
     prices = load_prices()
-    estimates: list[ModelPlan] = [estimate_run(p, cache, prices) for p in plans]
+    estimates: list[ModelPlan] = [estimate_run(p, cache, prices, split=True) for p in plans]
     worst = total_worst_case(estimates)
     if args.json:
         body = {
