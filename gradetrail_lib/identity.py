@@ -161,6 +161,10 @@ class RecordsFingerprint:
         keys = [calls[0].request_key] if len(calls) == 1 else [c.request_key for c in calls]
         return canonical_json([r.id, r.repeat, keys, scores, r.outcome]).encode()
 
+    def add_all(self, records: "Iterable[TraceRecord]") -> None:
+        encode = self.encode
+        self._digest.update(b"".join([encode(r) for r in records]))
+
     def update(self, encoded: bytes) -> None:
         """Records' `encode`d bytes, as `add` would have hashed them."""
         self._digest.update(encoded)

@@ -352,7 +352,9 @@ def _settle(record: TraceRecord, primary: str, stopped: FailureMode | None = Non
     elif stopped is not None:
         failure = stopped
     elif entry.score is not None and entry.score < 1.0:
-        if any(r.error is not None for step in record.trajectory for r in step.tool_results):
+        if record.trajectory and any(
+            r.error is not None for step in record.trajectory for r in step.tool_results
+        ):
             failure = "tool_error"
         elif record.stop_reason == "max_tokens":
             failure = "truncated"

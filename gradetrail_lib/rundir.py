@@ -13,8 +13,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -155,11 +156,10 @@ class RunDirWriter:
         self.fingerprint = RecordsFingerprint()
         self.write_s = 0.0
 
-    def write(self, records: Iterable[TraceRecord]) -> None:
+    def write(self, records: Sequence[TraceRecord]) -> None:
         started = time.perf_counter()
-        for record in records:
-            self._out.write(record)
-            self.fingerprint.add(record)
+        self._out.write(records)
+        self.fingerprint.add_all(records)
         self.write_s += time.perf_counter() - started
 
     def part(self, name: str) -> "PartWriter":
@@ -234,15 +234,14 @@ class PartWriter:
         self._out: RecordWriter | None = None
         self._encoded: BinaryIO | None = None
 
-    def write(self, records: Iterable[TraceRecord]) -> None:
+    def write(self, records: Sequence[TraceRecord]) -> None:
         if self._out is None:
             self._out = RecordWriter(self.records)
             self._encoded = open(self.fingerprint, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115
         assert self._encoded is not None
+        self._out.write(records)
         encode = RecordsFingerprint.encode
-        for record in records:
-            self._out.write(record)
-            self._encoded.write(encode(record))
+        self._encoded.write(b"".join([encode(record) for record in records]))
 
     def close(self) -> None:
         """Ends the writing (an empty part gets empty files)."""
@@ -260,5 +259,7 @@ class PartWriter:
 def write_run_dir(results_root: Path, records: Iterable[TraceRecord], manifest: Manifest) -> Path:
     """A run directory of records already in hand (a run streams them: `RunDirWriter`)."""
     with RunDirWriter(results_root) as out:
-        out.write(records)
+        remaining = iter(records)
+        while part := list(islice(remaining, 1024)):
+            out.write(part)
         return out.commit(manifest)

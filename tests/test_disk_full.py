@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -181,12 +182,15 @@ def test_a_failed_write_maps_to_one_line_exit_1_and_the_old_run_stays(
     for code in (errno.ENOSPC, errno.EDQUOT):
         written = 0
 
-        def write(self: trace.RecordWriter, record: trace.TraceRecord, code: int = code) -> None:
+        def write(
+            self: trace.RecordWriter, records: Iterable[trace.TraceRecord], code: int = code
+        ) -> None:
             nonlocal written
-            written += 1
-            if written > N // 2:
-                raise OSError(code, os.strerror(code))
-            self._out.write(self._dump(record) + b"\n")
+            for record in records:
+                written += 1
+                if written > N // 2:
+                    raise OSError(code, os.strerror(code))
+                self._out.write(self._dump(record) + b"\n")
 
         monkeypatch.setattr(trace.RecordWriter, "write", write)
         assert main(args) == 1
@@ -201,7 +205,7 @@ def test_another_os_error_is_not_dressed_up(
 ) -> None:
     spec = write_project(tmp_path)
 
-    def write(self: trace.RecordWriter, record: trace.TraceRecord) -> None:
+    def write(self: trace.RecordWriter, records: Iterable[trace.TraceRecord]) -> None:
         raise PermissionError(errno.EACCES, "Permission denied")
 
     monkeypatch.setattr(trace.RecordWriter, "write", write)

@@ -52,7 +52,7 @@ def test_a_record_round_trips_through_a_results_file(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     records = [make_record("a"), make_record("b")]
     with RecordWriter(path) as out:
-        out.write_all(records)
+        out.write(records)
     assert list(iter_records(path)) == records
     back = next(iter_records(path))
     assert back.passes("answer") and not back.scored("short") and back.value("short") == 0.0

@@ -280,7 +280,7 @@ def test_the_index_pages_a_large_run_like_the_records(tmp_path: Path) -> None:
                    failure_mode=mode, answered=mode != "provider_error", response=f"answer {i}")
         )  # fmt: skip
     with RecordWriter(path) as out:
-        out.write_all(recs)
+        out.write(recs)
     cache = IndexCache()
     with open(path, "rb") as source:
         index = cache.get(path, source, ["s", "t"])
@@ -401,7 +401,7 @@ def test_reproducibility_warnings_are_flagged(tmp_path: Path) -> None:
     )
     (run / "manifest.json").write_text(built.model_dump_json())
     with RecordWriter(run / "results.jsonl") as out:
-        out.write_all(recs)
+        out.write(recs)
     with Background(root) as base:
         html = unescape(get(base, "/").text)
         run_page = unescape(get(base, f"/run/{run.name}").text)
