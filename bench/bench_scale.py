@@ -57,12 +57,24 @@ def _peak_rss(pid: int) -> int | None:
     return None
 
 
+def _comm(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return None
+
+
 def _children(pid: int) -> list[int]:
+    """The process's children that run what it runs (its forks; not the `git` it asks for
+    the manifest)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as listed:
-            return [int(p) for p in listed.read().split()]
+            children = [int(p) for p in listed.read().split()]
     except OSError:
         return []
+    own = _comm(pid)
+    return [child for child in children if _comm(child) == own]
 
 
 def measured_tree(args: list[str], cwd: Path) -> tuple[float, list[int], str]:
