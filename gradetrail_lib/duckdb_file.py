@@ -149,7 +149,8 @@ def open_connection(
     pause = 0.005
     while True:
         try:
-            connection = _ATTACHMENTS.acquire(resolved, alias, read_only)
+            with _interrupt_as_keyboard_interrupt():
+                connection = _ATTACHMENTS.acquire(resolved, alias, read_only)
             break
         except (duckdb.Error, _InUse) as exc:
             if isinstance(exc, duckdb.Error) and not _is_lock_error(exc):
@@ -159,7 +160,27 @@ def open_connection(
             time.sleep(pause + rng.uniform(0, pause))
             pause = min(pause * 2, 0.2)
     try:
-        yield connection
+        with _interrupt_as_keyboard_interrupt():
+            yield connection
     finally:
         connection.close()
         _ATTACHMENTS.release(resolved, alias)
+
+
+@contextmanager
+def _interrupt_as_keyboard_interrupt() -> Iterator[None]:
+    """A Ctrl-C (SIGINT) that arrives while DuckDB runs a query stops the query, and the
+    Python client raises RuntimeError("Query interrupted") in its place, with nothing
+    chained: without this, a run's Ctrl-C during a lookup ended in a traceback and exit 1
+    instead of the CLI's "interrupted" and 130. (No DuckDB type marks it; the message.)"""
+    try:
+        yield
+    except RuntimeError as exc:
+        if type(exc) is RuntimeError and str(exc) == _INTERRUPTED:
+            raise KeyboardInterrupt from exc
+        raise
+    except duckdb.InterruptException as exc:
+        raise KeyboardInterrupt from exc
+
+
+_INTERRUPTED = "Query interrupted"

@@ -200,3 +200,26 @@ def test_a_writer_waits_for_this_processes_readers_and_a_reader_uses_a_writers_f
         writer.execute("INSERT INTO t VALUES (6)")  # still attached for writing
     with open_connection(path) as connection:
         assert connection.execute("SELECT count(*) FROM t").fetchone() == (2,)
+
+
+CTRL_C_IN_A_QUERY = """
+import os, signal, sys, threading
+from pathlib import Path
+from gradetrail_lib.duckdb_file import open_connection
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    with open_connection(Path(sys.argv[1])) as connection:
+        connection.execute("SELECT sum(range) FROM range(100000000000)").fetchall()
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+"""
+
+
+def test_a_ctrl_c_during_a_query_is_a_keyboard_interrupt(tmp_path: Path) -> None:
+    """DuckDB takes the SIGINT to stop its query and raises RuntimeError("Query
+    interrupted") instead; the CLI's Ctrl-C handling (exit 130) needs the interrupt."""
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_IN_A_QUERY, str(tmp_path / "db.duckdb")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.strip() == "KeyboardInterrupt", done.stderr

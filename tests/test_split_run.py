@@ -4,11 +4,14 @@ does the first: what it writes is what one process writes, byte for byte; what t
 cannot do (a miss, an input error, its own death) the run does itself; an input error
 anywhere, an id in both halves among them, fails the run with nothing written."""
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +286,36 @@ def test_a_plan_names_an_id_in_both_halves(tmp_path: Path) -> None:
     code, out = plan_json(tmp_path)
     assert code == 2
     assert "data/add.jsonl:17000: id: duplicate id 's001' (first on line 2)" in out
+
+
+def test_ctrl_c_stops_both_processes_and_writes_nothing(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches both processes; the fork ignores it (the run stops it),
+    the run exits 130 and removes its staging directory, and no process is left."""
+    n = 40_000
+    project(tmp_path, n=n)
+    args = ["run", "s.yaml", "--cache", "c.duckdb", "--results", "r"]
+    assert run_cli(*args, cwd=tmp_path).returncode == 0  # every answer cached
+    (tmp_path / "r" / ".history.jsonl").unlink()
+    before = sorted(p.name for p in (tmp_path / "r").iterdir())
+    run = subprocess.Popen(
+        [sys.executable, "-m", "gradetrail_lib.cli", *args], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    forks: list[int] = []
+    children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+    deadline = time.monotonic() + 60
+    while not forks and run.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            forks = [int(p) for p in children.read_text().split()]
+        time.sleep(0.005)
+    assert forks, "the run ended before its fork was seen"
+    for pid in [run.pid, *forks]:  # as a terminal sends it: to the whole process group
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in forks)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == before  # no staging left
