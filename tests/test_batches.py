@@ -1,7 +1,6 @@
 """A run's batches: whole samples with all their repeats, about BATCH_ITEMS items each,
 and a run batch by batch writes what a run in one batch writes."""
 
-import json
 from pathlib import Path
 
 from gradetrail_lib.backends.local import LocalBackend
@@ -9,20 +8,7 @@ from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.pipeline import BATCH_ITEMS, batch_samples, plan
 from gradetrail_lib.run import run_model
 from gradetrail_lib.spec import load_spec
-
-
-def project(tmp_path: Path, n: int, repeats: int) -> Path:
-    (tmp_path / "data").mkdir(exist_ok=True)
-    rows = [{"id": f"s{i}", "gold": str(i % 3), "answer": str(i % 2)} for i in range(n)]
-    (tmp_path / "data" / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = tmp_path / "s.yaml"
-    spec.write_text(
-        "name: s\ndataset: {path: data/x.jsonl}\nprompt: 'Number {{ id }}?'\n"
-        f"repeats: {repeats}\n"
-        "model: {provider: scripted, name: oracle, answer_field: answer}\n"
-        "scorer: {type: exact, field: gold}\n"
-    )
-    return spec
+from tests.support.oracle import oracle_project
 
 
 def test_a_batch_holds_whole_samples_and_about_batch_items_items() -> None:
@@ -32,7 +18,7 @@ def test_a_batch_holds_whole_samples_and_about_batch_items_items() -> None:
 
 
 def test_batches_keep_each_samples_repeats_together(tmp_path: Path) -> None:
-    loaded = load_spec(project(tmp_path, 5, 3))
+    loaded = load_spec(oracle_project(tmp_path, 5, 3))
     batches = list(plan(loaded, loaded.spec.models[0]).batches(2))
     assert [len(b.items) for b in batches] == [6, 6, 3]
     for batch in batches:
@@ -42,7 +28,7 @@ def test_batches_keep_each_samples_repeats_together(tmp_path: Path) -> None:
 
 
 def test_a_run_in_batches_writes_what_a_run_in_one_batch_writes(tmp_path: Path) -> None:
-    spec = project(tmp_path, 11, 3)
+    spec = oracle_project(tmp_path, 11, 3)
     loaded = load_spec(spec)
     cache = ResponseCache(tmp_path / "c.duckdb")
     done = {}

@@ -13,7 +13,7 @@ from gradetrail_lib.pipeline import plan
 from gradetrail_lib.records import Scoring
 from gradetrail_lib.run import run_model
 from gradetrail_lib.spec import load_spec
-from tests.test_batches import project
+from tests.support.oracle import oracle_project
 
 
 class Watching(LocalBackend):
@@ -54,7 +54,7 @@ def collector_on() -> Iterator[None]:
 def test_sending_runs_the_collector_and_cached_batches_pause_it(
     tmp_path: Path, scoring_seen: list[bool], collector_on: None
 ) -> None:
-    loaded = load_spec(project(tmp_path, 12, 1))
+    loaded = load_spec(oracle_project(tmp_path, 12, 1))
     model = loaded.spec.models[0]
     cache = ResponseCache(tmp_path / "c.duckdb")
     backend = Watching()
@@ -72,7 +72,7 @@ def test_sending_runs_the_collector_and_cached_batches_pause_it(
 def test_a_host_that_disabled_the_collector_finds_it_disabled(
     tmp_path: Path, collector_on: None
 ) -> None:
-    loaded = load_spec(project(tmp_path, 4, 1))
+    loaded = load_spec(oracle_project(tmp_path, 4, 1))
     backend = Watching()
     gc.disable()
     run_model(plan(loaded, loaded.spec.models[0]), None, backend, tmp_path / "r")
@@ -81,7 +81,7 @@ def test_a_host_that_disabled_the_collector_finds_it_disabled(
 
 
 def test_a_failed_run_resumes_the_collector(tmp_path: Path, collector_on: None) -> None:
-    loaded = load_spec(project(tmp_path, 4, 1))
+    loaded = load_spec(oracle_project(tmp_path, 4, 1))
 
     class Failing(LocalBackend):
         def run(self, requests, on_result):  # type: ignore[no-untyped-def]

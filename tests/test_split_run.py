@@ -23,35 +23,15 @@ from gradetrail_lib.pipeline import plan
 from gradetrail_lib.run import run_model
 from gradetrail_lib.spec import load_spec
 from tests.conftest import run_cli
+from tests.support.oracle import oracle_project, oracle_rows, write_rows
 
 N = 400
 BATCH = 40  # halves of ~200 samples: 5 batches each
 
 
-def rows(n: int = N) -> list[dict[str, Any]]:
-    return [{"id": f"s{i}", "gold": str(i % 3), "answer": str(i % 2)} for i in range(n)]
-
-
-def project(tmp_path: Path, repeats: int = 1, n: int = N) -> Path:
-    write_rows(tmp_path, rows(n))
-    spec = tmp_path / "s.yaml"
-    spec.write_text(
-        "name: s\ndataset: {path: data/x.jsonl}\nprompt: 'Number {{ id }}?'\n"
-        f"repeats: {repeats}\n"
-        "model: {provider: scripted, name: oracle, answer_field: answer}\n"
-        "scorer: {type: exact, field: gold}\n"
-    )
-    return spec
-
-
-def write_rows(tmp_path: Path, listed: list[dict[str, Any]]) -> None:
-    (tmp_path / "data").mkdir(exist_ok=True)
-    (tmp_path / "data" / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in listed))
-
-
 def seed(tmp_path: Path, repeats: int = 1) -> None:
     """Every request of the project answered once (into the cache c.duckdb)."""
-    loaded = load_spec(project(tmp_path, repeats))
+    loaded = load_spec(oracle_project(tmp_path, N, repeats))
     cache = ResponseCache(tmp_path / "c.duckdb")
     run_model(plan(loaded, loaded.spec.models[0]), cache, LocalBackend(), tmp_path / "seed")
 
@@ -95,7 +75,7 @@ def test_a_cached_run_in_two_processes_writes_what_one_process_writes(
     assert two["calls"] == 0
     assert two["cache_hits"] == N * repeats
     ids = [json.loads(line)["id"] for line in results_of(two).splitlines()]
-    assert ids == [r["id"] for r in rows() for _ in range(repeats)]
+    assert ids == [r["id"] for r in oracle_rows(N) for _ in range(repeats)]
 
 
 def test_a_miss_in_the_second_half_is_sent_by_the_run_after_what_the_fork_did(
@@ -103,7 +83,7 @@ def test_a_miss_in_the_second_half_is_sent_by_the_run_after_what_the_fork_did(
 ) -> None:
     seed(tmp_path)
     shutil.copy(tmp_path / "c.duckdb", tmp_path / "copy.duckdb")
-    changed = rows()
+    changed = oracle_rows(N)
     changed[-3]["id"] = "new"  # a new prompt: its batch (the half's last) is a miss
     write_rows(tmp_path, changed)
     code, two = split_run(tmp_path, "two")
@@ -128,7 +108,7 @@ def test_input_errors_in_the_second_half_are_all_named_and_nothing_is_written(
     tmp_path: Path,
 ) -> None:
     seed(tmp_path)
-    broken = rows()
+    broken = oracle_rows(N)
     for i in (N - 150, N - 10):
         del broken[i]["gold"]
     write_rows(tmp_path, broken)
@@ -146,7 +126,7 @@ def test_an_id_in_both_halves_fails_the_run_and_leaves_the_last_run_as_it_was(
     code, first = split_run(tmp_path, "two")
     assert code == 0
     before = results_of(first)
-    repeated = rows()
+    repeated = oracle_rows(N)
     repeated[-1]["id"] = "s0"  # the same prompt as the first sample's: cached, so the fork
     write_rows(tmp_path, repeated)  # replays it and only the ids of both halves tell
     code, report = split_run(tmp_path, "two")
@@ -165,7 +145,7 @@ def test_gradetrail_run_replays_half_of_a_large_cached_run_in_a_second_process(
     """Through the CLI, at its own batch size (halves of a batch or more: 2 x 8,192);
     `--processes 1` keeps it in one."""
     n = 17_000
-    project(tmp_path, n=n)
+    oracle_project(tmp_path, n)
     args = ["run", "s.yaml", "--cache", "c.duckdb", "--results", "r"]
     cold = run_cli(*args, cwd=tmp_path)
     assert cold.returncode == 0, cold.stderr
@@ -292,7 +272,7 @@ def test_ctrl_c_stops_both_processes_and_writes_nothing(tmp_path: Path) -> None:
     """A terminal's Ctrl-C reaches both processes; the fork ignores it (the run stops it),
     the run exits 130 and removes its staging directory, and no process is left."""
     n = 40_000
-    project(tmp_path, n=n)
+    oracle_project(tmp_path, n)
     args = ["run", "s.yaml", "--cache", "c.duckdb", "--results", "r"]
     assert run_cli(*args, cwd=tmp_path).returncode == 0  # every answer cached
     (tmp_path / "r" / ".history.jsonl").unlink()
