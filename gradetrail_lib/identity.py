@@ -162,8 +162,12 @@ class RecordsFingerprint:
         return canonical_json([r.id, r.repeat, keys, scores, r.outcome]).encode()
 
     def add_all(self, records: "Iterable[TraceRecord]") -> None:
-        encode = self.encode
-        self._digest.update(b"".join([encode(r) for r in records]))
+        """A part's records (its encodings joined: one update)."""
+        self._digest.update(self.encode_all(records))
+
+    @classmethod
+    def encode_all(cls, records: "Iterable[TraceRecord]") -> bytes:
+        return b"".join([cls.encode(r) for r in records])
 
     def update(self, encoded: bytes) -> None:
         """Records' `encode`d bytes, as `add` would have hashed them."""

@@ -8,7 +8,6 @@ responses asset's output at once)."""
 
 import asyncio
 from collections.abc import Awaitable, Container, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from gradetrail_lib.backends.base import Backend
@@ -36,13 +35,6 @@ _PENDING = ScoreEntry(None, "pending")
 # batch's 8,192 walked ~20 MB of objects, out of the CPU's caches by the next step; a
 # part's stay in them (docs/performance.md).
 PART_ITEMS = 1024
-
-
-@dataclass(frozen=True)
-class ScoredRun:
-    records: list[TraceRecord]
-    # The scorers' own model calls (empty when no scorer makes any).
-    calls: Responses
 
 
 class Scoring:
@@ -73,7 +65,6 @@ class Scoring:
         self._cached: dict[str, ModelResponse] = {}
         # An agent's case that stopped early, by position: thrash, budget_exhausted.
         self._stopped: dict[int, FailureMode | None] = {}
-        self._calls = Responses()
 
     @property
     def makes_calls(self) -> bool:
@@ -176,24 +167,22 @@ class Scoring:
             if key not in cached:
                 self.on_response(key, response, False)
 
-    def finish(self, responses: Responses) -> ScoredRun:
-        records = [record for part in self.parts(responses) for record in part]
-        return ScoredRun(records, self._calls)
-
     def parts(
         self, responses: Responses, size: int = PART_ITEMS
     ) -> Iterator[list[TraceRecord]]:
         """Every record of the plan, in order, `size` at a time, each part scored (once
-        every scorer call is back: `finish`'s `calls` then hold them)."""
+        every scorer call is back)."""
         self.feed(responses)
-        if self._stage is not None:
-            self._calls = self._stage.close()
+        calls = self._stage.close() if self._stage is not None else Responses()
         items = self.plan.items
         for start in range(0, len(items), size):
-            yield self._part(range(start, min(start + size, len(items))), responses)
+            yield self._part(range(start, min(start + size, len(items))), responses, calls)
 
-    def _part(self, positions: range, responses: Responses) -> list[TraceRecord]:
-        items, calls = self.plan.items, self._calls
+    def _part(
+        self, positions: range, responses: Responses, calls: Responses
+    ) -> list[TraceRecord]:
+        """The records at `positions`, scored (`calls`: the scorers' calls' outcomes)."""
+        items = self.plan.items
         records: list[TraceRecord] = []
         pending: list[tuple[TraceRecord, str, Awaitable[Score]]] = []
         for position in positions:

@@ -240,8 +240,7 @@ class PartWriter:
             self._encoded = open(self.fingerprint, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115
         assert self._encoded is not None
         self._out.write(records)
-        encode = RecordsFingerprint.encode
-        self._encoded.write(b"".join([encode(record) for record in records]))
+        self._encoded.write(RecordsFingerprint.encode_all(records))
 
     def close(self) -> None:
         """Ends the writing (an empty part gets empty files)."""

@@ -500,7 +500,7 @@ def test_score_all_marks_only_the_sample_whose_scorer_raised(tmp_path):
     responses.cache_hits.add(key["good"])
 
     scoring = Scoring(the_plan, None, LocalBackend(), prices=load_prices())
-    rows = {r.id: r for r in scoring.finish(responses).records}
+    rows = {r.id: r for part in scoring.parts(responses) for r in part}
     assert list(rows) == ["good", "bad", "wrong", "cut", "lost"]
 
     assert rows["bad"].outcome == "scorer_error"
