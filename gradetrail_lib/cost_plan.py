@@ -29,7 +29,7 @@ from gradetrail_lib.cache import ResponseCache
 from gradetrail_lib.dataset import IdHashes
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.forked import Forked
-from gradetrail_lib.halves import halves_for_fork
+from gradetrail_lib.halves import check_ids, halves_for_fork, ids_to_check
 from gradetrail_lib.pipeline import EvalPlan, RunPlan, batch_samples, look_up
 from gradetrail_lib.pricing import PriceList, format_usd, sum_costs
 from gradetrail_lib.providers.base import ModelResponse
@@ -233,10 +233,10 @@ def estimate_run(
         assert total is not None  # a plan has samples
         return total
     first, second = halves
-    ids = IdHashes() if plan.samples is None else None
+    ids = ids_to_check(plan)
 
     def in_the_fork() -> tuple[ModelPlan | None, IdHashes | None]:
-        theirs = IdHashes() if plan.samples is None else None
+        theirs = ids_to_check(plan)
         return _estimate_batches(plan, plan.batches(size, second, theirs), cache, prices), theirs
 
     fork = Forked.start(in_the_fork)
@@ -251,8 +251,7 @@ def estimate_run(
         tail, theirs = done
         if ids is not None and theirs is not None:
             ids.extend(theirs)
-    if ids is not None and ids.repeated():
-        plan.checked()  # raises on an id used twice (two ids may share a hash)
+    check_ids(plan, ids)
     total = head if tail is None else tail if head is None else _plus(head, tail)
     assert total is not None
     return total

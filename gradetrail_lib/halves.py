@@ -6,7 +6,7 @@ the time (docs/performance.md)."""
 import os
 import threading
 
-from gradetrail_lib.dataset import DatasetPart
+from gradetrail_lib.dataset import DatasetPart, IdHashes
 from gradetrail_lib.duckdb_file import ready_to_fork
 from gradetrail_lib.pipeline import RunPlan
 
@@ -16,6 +16,19 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def ids_to_check(plan: RunPlan) -> IdHashes | None:
+    """Where a half's ids' hashes go while its samples are checked: a plan that checks
+    as it goes has each half's checked by whoever holds both (`check_ids`)."""
+    return IdHashes() if plan.samples is None else None
+
+
+def check_ids(plan: RunPlan, ids: IdHashes | None) -> None:
+    """Both halves' ids: an id in both raises, with every input error, as the plan's
+    check does (two distinct ids may share a hash: the check tells them apart)."""
+    if ids is not None and ids.repeated():
+        plan.checked()
 
 
 def halves_for_fork(

@@ -21,7 +21,7 @@ from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.dataset import DatasetPart, IdHashes
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
 from gradetrail_lib.forked import Forked
-from gradetrail_lib.halves import halves_for_fork
+from gradetrail_lib.halves import check_ids, halves_for_fork, ids_to_check
 from gradetrail_lib.history import HistoryEntry, record_run
 from gradetrail_lib.identity import batch_fingerprint
 from gradetrail_lib.keyset import KeySet
@@ -273,8 +273,7 @@ def _replay(
     that would call (or an input error: the run meets it again, and then checks the
     whole dataset to report every error)."""
     totals = RunTotals(plan.scorer_names)
-    done_ids = IdHashes() if plan.samples is None else None
-    reading = IdHashes() if plan.samples is None else None
+    done_ids, reading = ids_to_check(plan), ids_to_check(plan)
     read = [False]  # whether every batch of the half was read and went on
 
     def counted(source: Iterator[EvalPlan]) -> Iterator[EvalPlan]:
@@ -319,7 +318,7 @@ def _write_in_two(
     half, appends what the fork did, then does whatever the fork left (it stops at the
     first batch that would call; a fork that failed leaves the whole half)."""
     first, second = halves
-    ids = IdHashes() if plan.samples is None else None
+    ids = ids_to_check(plan)
     part = out.part("second-half")
     started = time.perf_counter()
     fork = Forked.start(lambda: _replay(plan, second, cache, scoring_for, part, size))
@@ -344,8 +343,7 @@ def _write_in_two(
     execution["second_process_samples"] = skip
     if replayed is None or not replayed.whole:
         write(out, plan.batches(size, second, ids, skip), items)
-    if ids is not None and ids.repeated():
-        plan.checked()  # raises on an id used twice (two ids may share a hash)
+    check_ids(plan, ids)
 
 
 @dataclass
