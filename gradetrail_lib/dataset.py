@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json, sha256_hex
@@ -80,8 +80,8 @@ class Dataset:
 
     def halves(self) -> tuple[DatasetPart, DatasetPart] | None:
         """The samples in two parts that together read as the whole, in order (a JSONL
-        file cut at the first line past its middle byte); None when it cannot be cut in
-        two non-empty parts."""
+        file cut where the first line at or past its middle byte starts); None when it
+        cannot be cut in two non-empty parts."""
         return self.cut() if self.cut is not None else None
 
 
@@ -171,14 +171,10 @@ def _jsonl_halves(where: str, path: Path) -> tuple[DatasetPart, DatasetPart] | N
             if cut >= size:
                 return None
             data.seek(0)
-            lines, left = 0, cut
-            while left:
-                chunk = data.read(min(left, 1 << 20))
-                lines += chunk.count(b"\n")
-                left -= len(chunk)
+            lines = _newlines(data, cut)
+            later = _newlines(data, size - cut) + (not _ends_with_newline(data, size))
     except OSError as exc:
         raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
-    last = size - cut  # bytes, a bound on the lines: only `lines` of the first is used
 
     def part(start: int, count: int | None, first_line: int) -> DatasetPart:
         def read(ids: IdHashes | None, skip: int) -> Iterator[Sample]:
@@ -187,9 +183,26 @@ def _jsonl_halves(where: str, path: Path) -> tuple[DatasetPart, DatasetPart] | N
                 rows = _jsonl_rows(where, islice(data, count), first_line)
                 yield from islice(_checked_rows(where, rows, ids, False, skip), skip, None)
 
-        return DatasetPart(count if count is not None else last, read)
+        return DatasetPart(count if count is not None else later, read)
 
     return part(0, lines, 1), part(cut, None, lines + 1)
+
+
+def _newlines(data: BinaryIO, length: int) -> int:
+    """The newlines in the next `length` bytes of `data`, read a MiB at a time."""
+    count = 0
+    while length > 0:
+        chunk = data.read(min(length, 1 << 20))
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        length -= len(chunk)
+    return count
+
+
+def _ends_with_newline(data: BinaryIO, size: int) -> bool:
+    data.seek(size - 1)
+    return data.read(1) == b"\n"
 
 
 # json's C scanner, called directly: json.loads wraps it in two calls and two regex

@@ -43,6 +43,9 @@ def test_a_jsonl_files_halves_read_as_the_whole_file_with_its_line_numbers(
     assert halves is not None
     first, second = (list(h.read(None, 0)) for h in halves)
     assert first and second
+    # Each part's size in lines (blank ones too), the file's between them.
+    assert sum(h.lines for h in halves) == text.count("\n") + (not text.endswith("\n"))
+    assert halves[0].lines >= len(first) and halves[1].lines >= len(second)
     assert as_tuples(first + second) == as_tuples(list(dataset.validated()))
     # After `skip` samples, what follows them; the skipped ids are not hashed.
     ids = IdHashes()
