@@ -88,11 +88,11 @@ def _destination(args: argparse.Namespace) -> object | None:
 
 
 def _tune_gc() -> None:
-    """The commands build a few objects per sample that form no cycles worth finding
-    early; the default collector (a pass every 700 allocations, each young pass walking
-    them again until they are promoted) took ~15% of a warm 10,000-sample run. The
-    modules loaded so far are frozen out of every pass; a run also pauses the collector
-    while it computes a batch (`collector.py`)."""
+    """The commands build a few objects per sample that form no reference cycles, and the
+    default collector walks them again and again until they age out; the modules loaded
+    so far are frozen out of every pass, and passes run less often (docs/performance.md
+    has what this saves). Only the CLI's own process is tuned: library callers keep
+    their collector as they set it."""
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
 

@@ -26,10 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.dataset import IdHashes
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.forked import Forked
-from gradetrail_lib.halves import check_ids, halves_for_fork, ids_to_check
 from gradetrail_lib.pipeline import EvalPlan, RunPlan, batch_samples, look_up
 from gradetrail_lib.pricing import PriceList, format_usd, sum_costs
 from gradetrail_lib.providers.base import ModelResponse
@@ -219,41 +216,10 @@ def estimate(
     )
 
 
-def estimate_run(
-    plan: RunPlan, cache: ResponseCache | None, prices: PriceList, *, split: bool = False
-) -> ModelPlan:
-    """`estimate` of a whole run, batch by batch (`cache` None: nothing is read from it).
-    `split`: a large plan has its dataset's second half estimated by a fork of this
-    process while this one does the first (`halves`); the same figures but for the last
-    bits of a float sum."""
-    size = batch_samples(plan.repeats)
-    halves = halves_for_fork(plan, size, calls=False) if split else None
-    if halves is None:
-        total = _estimate_batches(plan, plan.batches(size), cache, prices)
-        assert total is not None  # a plan has samples
-        return total
-    first, second = halves
-    ids = ids_to_check(plan)
-
-    def in_the_fork() -> tuple[ModelPlan | None, IdHashes | None]:
-        theirs = ids_to_check(plan)
-        return _estimate_batches(plan, plan.batches(size, second, theirs), cache, prices), theirs
-
-    fork = Forked.start(in_the_fork)
-    try:
-        head = _estimate_batches(plan, plan.batches(size, first, ids), cache, prices)
-        done = fork.result()
-    finally:
-        fork.stop()
-    if done is None:  # the fork failed (an input error, say): this process does the half
-        tail = _estimate_batches(plan, plan.batches(size, second, ids), cache, prices)
-    else:
-        tail, theirs = done
-        if ids is not None and theirs is not None:
-            ids.extend(theirs)
-    check_ids(plan, ids)
-    total = head if tail is None else tail if head is None else _plus(head, tail)
-    assert total is not None
+def estimate_run(plan: RunPlan, cache: ResponseCache | None, prices: PriceList) -> ModelPlan:
+    """`estimate` of a whole run, batch by batch (`cache` None: nothing is read from it)."""
+    total = _estimate_batches(plan, plan.batches(batch_samples(plan.repeats)), cache, prices)
+    assert total is not None  # a plan has samples
     return total
 
 

@@ -14,7 +14,6 @@ import datetime
 import decimal
 import hashlib
 import json
-import os
 import uuid
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -22,7 +21,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json, sha256_hex
@@ -43,18 +42,6 @@ class Sample:
 
 
 @dataclass(frozen=True)
-class DatasetPart:
-    """One of a dataset's two halves, read on its own: `read(ids, skip)` checks each row
-    as the whole dataset's reading does, adds each id's hash to `ids` when given (whoever
-    holds the halves' hashes tells duplicates apart: `IdHashes.repeated`), and starts
-    after its first `skip` samples (their ids not added)."""
-
-    # Lines (rows) in the part, blank ones included: its size, not its sample count.
-    lines: int
-    read: Callable[["IdHashes | None", int], Iterator[Sample]]
-
-
-@dataclass(frozen=True)
 class Dataset:
     """A dataset's samples, read afresh from its source each time they are iterated (a
     JSONL file is never held whole: a run streams it). `validated()` reads them checking
@@ -64,8 +51,6 @@ class Dataset:
     content_hash: str
     # The samples, in order; checked (ids unique, every row valid) when True.
     read: Callable[[bool], Iterator[Sample]]
-    # The samples in two halves (`halves`).
-    cut: Callable[[], tuple[DatasetPart, DatasetPart] | None] | None = None
 
     def __iter__(self) -> Iterator[Sample]:
         return self.read(False)
@@ -78,26 +63,9 @@ class Dataset:
         """Every sample, validated, in memory (small datasets; a run streams instead)."""
         return list(self.validated())
 
-    def halves(self) -> tuple[DatasetPart, DatasetPart] | None:
-        """The samples in two parts that together read as the whole, in order (a JSONL
-        file cut where the first line at or past its middle byte starts); None when it
-        cannot be cut in two non-empty parts."""
-        return self.cut() if self.cut is not None else None
-
-
 def _listed(samples: list[Sample]) -> Dataset:
     """`Dataset` fields of samples in memory (checked when they were loaded)."""
-
-    def halves() -> tuple[DatasetPart, DatasetPart] | None:
-        middle = len(samples) // 2
-        if middle == 0:
-            return None
-        return (
-            DatasetPart(middle, lambda _ids, skip: iter(samples[skip:middle])),
-            DatasetPart(len(samples) - middle, lambda _ids, skip: iter(samples[middle + skip :])),
-        )
-
-    return Dataset(Path(), "", lambda _check: iter(samples), halves)
+    return Dataset(Path(), "", lambda _check: iter(samples))
 
 
 def dataset_format(path: Path, given: Format | None = None) -> Format:
@@ -112,12 +80,7 @@ def load_dataset(path: Path, shown_as: str | None = None, format: Format | None 
     if kind == "jsonl":
         # Hashed now, read (and checked) as it is iterated: a run streams the file.
         digest = _file_hash(where, path)
-        return Dataset(
-            path,
-            digest,
-            lambda check: _jsonl_samples(where, path, check),
-            lambda: _jsonl_halves(where, path),
-        )
+        return Dataset(path, digest, lambda check: _jsonl_samples(where, path, check))
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -160,82 +123,18 @@ def _jsonl_samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
         yield from _samples_of(where, rows, again, "line", check, tabular=False)
 
 
-def _jsonl_halves(where: str, path: Path) -> tuple[DatasetPart, DatasetPart] | None:
-    """The file cut where the first line at or past its middle byte starts."""
-    try:
-        with open(path, "rb") as data:
-            size = os.fstat(data.fileno()).st_size
-            data.seek(max(size // 2 - 1, 0))
-            data.readline()  # to the start of the first line at or past the middle byte
-            cut = data.tell()
-            if cut >= size:
-                return None
-            data.seek(0)
-            lines = _newlines(data, cut)
-            later = _newlines(data, size - cut) + (not _ends_with_newline(data, size))
-    except OSError as exc:
-        raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
-
-    def part(start: int, count: int | None, first_line: int) -> DatasetPart:
-        def read(ids: IdHashes | None, skip: int) -> Iterator[Sample]:
-            with open(path, "rb") as data:
-                data.seek(start)
-                rows = _jsonl_rows(where, islice(data, count), first_line)
-                yield from islice(_checked_rows(where, rows, ids, False, skip), skip, None)
-
-        return DatasetPart(count if count is not None else later, read)
-
-    return part(0, lines, 1), part(cut, None, lines + 1)
-
-
-def _newlines(data: BinaryIO, length: int) -> int:
-    """The newlines in the next `length` bytes of `data`, read a MiB at a time."""
-    count = 0
-    while length > 0:
-        chunk = data.read(min(length, 1 << 20))
-        if not chunk:
-            break
-        count += chunk.count(b"\n")
-        length -= len(chunk)
-    return count
-
-
-def _ends_with_newline(data: BinaryIO, size: int) -> bool:
-    data.seek(size - 1)
-    return data.read(1) == b"\n"
-
-
-# json's C scanner, called directly: json.loads wraps it in two calls and two regex
-# matches a line, a third of reading a dataset (a run reads it twice: checked, then in
-# batches). A line it does not take whole goes through json.loads, for its error.
-_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-_JSON_SPACE = " \t\n\r"
-
-
-def _jsonl_rows(
-    where: str, lines: Iterable[bytes], first_line: int = 1
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, raw in enumerate(lines, start=first_line):
+def _jsonl_rows(where: str, lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, raw in enumerate(lines, start=1):
         try:
             text_line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(where, number, None, "not valid UTF-8") from exc
-        obj: Any = None
-        if text_line.startswith("{"):
-            try:
-                obj, end = _SCAN(text_line, 0)
-            except (StopIteration, ValueError):
-                obj = None
-            else:
-                if text_line[end:].strip(_JSON_SPACE):
-                    obj = None  # more after the object: json.loads says what
-        if obj is None:
-            if not text_line.strip():
-                continue
-            try:
-                obj = json.loads(text_line)
-            except json.JSONDecodeError as exc:
-                raise InputError(where, number, None, f"invalid JSON: {exc.msg}") from exc
+        if not text_line.strip():
+            continue
+        try:
+            obj = json.loads(text_line)
+        except json.JSONDecodeError as exc:
+            raise InputError(where, number, None, f"invalid JSON: {exc.msg}") from exc
         if not isinstance(obj, dict):
             raise InputError(where, number, None, "each line must be a JSON object")
         yield number, obj
@@ -325,10 +224,8 @@ def _checked_rows(
     rows: Iterable[tuple[int, dict[str, Any]]],
     ids: "IdHashes | None",
     tabular: bool,
-    skip: int = 0,
 ) -> Iterator[Sample]:
-    """Each row as a sample, its id checked; the ids' hashes added to `ids` but for the
-    first `skip` rows'."""
+    """Each row as a sample, its id checked; the ids' hashes added to `ids`."""
     for number, obj in rows:
         if "id" not in obj or (tabular and obj["id"] is None):
             raise InputError(where, number, "id", "missing")
@@ -339,10 +236,7 @@ def _checked_rows(
         if not sample_id:
             raise InputError(where, number, "id", "must not be empty")
         if ids is not None:
-            if skip:
-                skip -= 1
-            else:
-                ids.add(sample_id)
+            ids.add(sample_id)
         yield Sample(id=sample_id, fields=obj, line=number)
 
 
@@ -367,16 +261,6 @@ class IdHashes:
     def add(self, sample_id: str) -> None:
         bucket, value = self.of(sample_id)
         self._buckets[bucket].append(value)
-
-    def clear(self) -> None:
-        for bucket in self._buckets:
-            del bucket[:]
-
-    def extend(self, other: "IdHashes") -> None:
-        """Adds another's hashes (taken in this process or a fork of it: `hash()` of a
-        string differs between interpreters)."""
-        for mine, theirs in zip(self._buckets, other._buckets, strict=True):
-            mine.extend(theirs)
 
     def repeated(self) -> set[tuple[int, int]]:
         """The hashes that occur more than once."""

@@ -12,7 +12,6 @@ since one instance cannot attach a file twice.
 """
 
 import hashlib
-import os
 import random
 import threading
 import time
@@ -48,25 +47,19 @@ class _Attachments:
     """One in-memory instance per process and the files attached to it, with users.
 
     A file only read is attached read-only: processes that read one file at once do not
-    wait for each other (a read-only attachment takes a shared lock; two cached halves
-    of one run look their keys up side by side). A writer waits for this process's
-    readers; a reader uses a writer's attachment."""
+    wait for each other (a read-only attachment takes a shared lock). A writer waits for
+    this process's readers; a reader uses a writer's attachment."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pid = -1
         self._instance: duckdb.DuckDBPyConnection | None = None
         self._users: dict[str, int] = {}
         # Whether each attached file is attached read-only.
         self._read_only: dict[str, bool] = {}
 
     def _current(self) -> duckdb.DuckDBPyConnection:
-        # A forked child must not use its parent's instance (its threads did not survive).
-        if self._instance is None or self._pid != os.getpid():
+        if self._instance is None:
             self._instance = duckdb.connect(":memory:", config={"threads": 1})
-            self._pid = os.getpid()
-            self._users = {}
-            self._read_only = {}
         return self._instance
 
     def acquire(
@@ -97,18 +90,6 @@ class _Attachments:
             raise
         return connection
 
-    def close_idle(self) -> bool:
-        """Closes this process's instance unless a file is attached; whether none is left.
-        A fork must start its own, and one made while the parent's lives hangs doing so
-        (in the instance's thread scheduler, joining threads the fork did not copy)."""
-        with self._lock:
-            if self._users:
-                return False
-            if self._instance is not None and self._pid == os.getpid():
-                self._instance.close()
-            self._instance = None
-            return True
-
     def release(self, path: str, alias: str) -> None:
         with self._lock:
             self._users[path] -= 1
@@ -119,12 +100,6 @@ class _Attachments:
 
 
 _ATTACHMENTS = _Attachments()
-
-
-def ready_to_fork() -> bool:
-    """Whether this process may fork a child that uses DuckDB files: true once no file is
-    attached and the process's instance is closed (the next use here opens another)."""
-    return _ATTACHMENTS.close_idle()
 
 
 def _alias(path: str) -> str:

@@ -16,12 +16,12 @@ from typing import Protocol
 
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache import CacheWriter, ResponseCache
-from gradetrail_lib.dataset import Dataset, DatasetPart, IdHashes, Sample, load_dataset_ref
+from gradetrail_lib.dataset import Dataset, Sample, load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.live_endpoints import live_requests
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.render import PromptRenderer
-from gradetrail_lib.request import Message, ModelRequest, RequestBuilder
+from gradetrail_lib.request import ModelRequest, RequestBuilder
 from gradetrail_lib.retrieval import check_sample as check_retrieval_fields
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec import LoadedSpec, ModelConfig
@@ -137,12 +137,8 @@ def build_scorers(loaded: LoadedSpec, model: ModelConfig) -> list[Scorer]:
 @dataclass(frozen=True)
 class RunPlan:
     """A run's plan, every sample checked (its prompt renders, its scorers can score it)
-    before any call; its requests are rendered batch by batch as the run reaches them.
-
-    A plan made with `defer_check` is checked as its batches are rendered instead, and
-    whole (`checked()`) before its first call (`run_model`): a run the cache answers
-    whole, or a cost plan, then reads the dataset once rather than twice. `samples` is
-    None until the plan is checked."""
+    before any call or write; its requests are rendered batch by batch as the run
+    reaches them, so a run holds one batch at a time."""
 
     loaded: LoadedSpec
     dataset: Dataset
@@ -152,86 +148,61 @@ class RunPlan:
     builder: RequestBuilder
     toolbox: Toolbox | None
     repeats: int
-    samples: int | None
+    samples: int
 
     @property
-    def item_count(self) -> int | None:
-        return None if self.samples is None else self.samples * self.repeats
+    def item_count(self) -> int:
+        return self.samples * self.repeats
 
     @property
     def scorer_names(self) -> list[str]:
         return [s.name for s in self.scorers]
 
-    def checked(self) -> "RunPlan":
-        """This plan with every sample checked; raises InputError(s)."""
-        if self.samples is not None:
-            return self
-        label = self.loaded.spec.dataset.label
-        errors: list[InputError] = []
-        count = 0
-        for sample in self.dataset.validated():
-            try:
-                self._check(sample, self.renderer.messages(sample, label), label)
-            except InputError as exc:
-                errors.append(exc)
-                continue
-            count += 1
-        if errors:
-            raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
-        return replace(self, samples=count)
-
-    def _check(self, sample: Sample, messages: list[Message], label: str) -> None:
-        self.builder.check(sample, label)
-        for scorer in self.scorers:
-            scorer.check(sample, messages, label)
-        check_retrieval_fields(sample, label)
-
-    def batches(
-        self,
-        size: int | None = None,
-        part: DatasetPart | None = None,
-        ids: IdHashes | None = None,
-        skip: int = 0,
-    ) -> Iterator[EvalPlan]:
+    def batches(self, size: int | None = None) -> Iterator[EvalPlan]:
         """The items, `size` samples (with their repeats; default `batch_samples`) at a
-        time, in order. An unchecked plan checks each sample as it renders it; at the
-        first input error it checks the rest, to raise every error as `checked()` does.
-
-        `part` (one of `Dataset.halves()`) reads that part only, after its first `skip`
-        samples; an unchecked plan then adds the part's ids' hashes to `ids` and leaves
-        telling duplicates apart to the caller (`IdHashes.repeated`)."""
+        time, in order."""
         size = size or batch_samples(self.repeats)
-        check = self.samples is None
-        if part is not None:
-            samples = part.read(ids if check else None, skip)
-        else:
-            samples = self.dataset.validated() if check else iter(self.dataset)
-        if not check:
-            while chunk := list(islice(samples, size)):
-                yield self.batch(chunk)
-            return
-        try:
-            while chunk := list(islice(samples, size)):
-                yield self.batch(chunk, check=True)
-        except InputError:
-            self.checked()
-            raise
+        samples = iter(self.dataset)
+        while chunk := list(islice(samples, size)):
+            yield self.batch(chunk)
 
-    def batch(self, samples: list[Sample], check: bool = False) -> EvalPlan:
+    def batch(self, samples: list[Sample]) -> EvalPlan:
         label = self.loaded.spec.dataset.label
         items: list[PlannedSample] = []
-        # (Bound once: a batch renders thousands of samples.)
-        render, build, more = self.renderer.messages, self.builder.build, range(1, self.repeats)
         for sample in samples:
-            messages = render(sample, label)
-            if check:
-                self._check(sample, messages, label)
-            items.append(PlannedSample(sample, build(messages, sample, label)))
-            for repeat in more:
-                items.append(PlannedSample(sample, build(messages, sample, label, repeat), repeat))
+            messages = self.renderer.messages(sample, label)
+            for repeat in range(self.repeats):
+                request = self.builder.build(messages, sample, label, repeat)
+                items.append(PlannedSample(sample=sample, request=request, repeat=repeat))
         return EvalPlan(
             self.loaded, self.dataset, self.model, items, self.scorers, self.builder, self.toolbox
         )
+
+
+def _check_samples(
+    loaded: LoadedSpec, dataset: Dataset, renderer: PromptRenderer, builder: RequestBuilder,
+    scorers: list[Scorer],
+) -> int:
+    """Every sample of the dataset read and checked: it renders, its request builds, every
+    scorer can score it; the number of samples. Raises every input error found (the first
+    20), before anything is called or written."""
+    label = loaded.spec.dataset.label
+    errors: list[InputError] = []
+    count = 0
+    for sample in dataset.validated():
+        try:
+            messages = renderer.messages(sample, label)
+            builder.check(sample, label)
+            for scorer in scorers:
+                scorer.check(sample, messages, label)
+            check_retrieval_fields(sample, label)
+        except InputError as exc:
+            errors.append(exc)
+            continue
+        count += 1
+    if errors:
+        raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
+    return count
 
 
 def plan(
@@ -240,13 +211,9 @@ def plan(
     dataset: Dataset | None = None,
     *,
     repeats: int | None = None,
-    defer_check: bool = False,
 ) -> RunPlan:
     """Check that every sample renders and can be scored; raises InputError(s).
-    `repeats` (default: the spec's) makes each sample that many items, repeat by repeat.
-    `defer_check` leaves the check to the plan's batches and to `RunPlan.checked()`, which
-    `run_model` calls before the first call; a caller that sends anything else first (a
-    folder's other specs, a spec's other models) must not defer."""
+    `repeats` (default: the spec's) makes each sample that many items, repeat by repeat."""
     repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
     if dataset is None:
@@ -259,10 +226,9 @@ def plan(
         tools=toolbox.definitions() if toolbox is not None else None,
         tool_choice=spec.tool_choice,
     )
-    unchecked = RunPlan(
-        loaded, dataset, model, scorers, PromptRenderer(spec), builder, toolbox, repeats, None
-    )
-    return unchecked if defer_check else unchecked.checked()
+    renderer = PromptRenderer(spec)
+    samples = _check_samples(loaded, dataset, renderer, builder, scorers)
+    return RunPlan(loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, samples)
 
 
 @dataclass

@@ -1,7 +1,6 @@
 """A run, end to end: responses (scorer calls pipelined), records, summary, run directory.
 The CLI, `run_spec` and the Dagster assets share it."""
 
-import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
@@ -16,12 +15,8 @@ from pydantic import ValidationError
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.cache import ResponseCache, default_cache_path
-from gradetrail_lib.collector import CollectorPause
 from gradetrail_lib.config import ModelConfig, ProviderName
-from gradetrail_lib.dataset import DatasetPart, IdHashes
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
-from gradetrail_lib.forked import Forked
-from gradetrail_lib.halves import check_ids, halves_for_fork, ids_to_check
 from gradetrail_lib.history import HistoryEntry, record_run
 from gradetrail_lib.identity import batch_fingerprint
 from gradetrail_lib.keyset import KeySet
@@ -37,7 +32,7 @@ from gradetrail_lib.pipeline import batch_samples as default_batch_samples
 from gradetrail_lib.pricing import PriceList, load_prices
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.records import Scoring
-from gradetrail_lib.rundir import RESULTS_FILE, PartWriter, RunDirWriter, build_manifest
+from gradetrail_lib.rundir import RESULTS_FILE, RunDirWriter, build_manifest
 from gradetrail_lib.settings import DEFAULTS
 from gradetrail_lib.spec import LoadedSpec, Spec, load_spec
 from gradetrail_lib.summary import RunSummary, summarize
@@ -80,20 +75,14 @@ def _batches(
     progress: Progress | None,
     scoring_for: Callable[[EvalPlan], Scoring] | None = None,
     batch_samples: int | None = None,
-    collector: CollectorPause | None = None,
-    source: Iterator[EvalPlan] | None = None,
-    done: int = 0,
-    only_cached: bool = False,
 ) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
     """Each batch of the plan with its responses (looked up, then the misses sent), the
     phases' seconds added to `timings`. `scoring_for(batch)` makes the listener that
-    starts the batch's records (and its judging) as its responses arrive. A paused
-    `collector` is resumed before anything is sent (a batch that waits collects).
-    `source`: the batches (default: the plan's, `batch_samples` samples each), after
-    `done` items; `only_cached` stops before the first batch that would call anything."""
+    starts the batch's records (and its judging) as its responses arrive."""
     prepared = False
+    done = 0
     timings.setdefault("plan", 0.0)
-    batches = source if source is not None else plan.batches(batch_samples)
+    batches = plan.batches(batch_samples)
     while True:
         started = time.perf_counter()  # rendering and keying the batch's requests
         batch = next(batches, None)
@@ -103,26 +92,13 @@ def _batches(
         looked = look_up(batch, cache) if cache is not None and read_cache else None
         sends = looked is None or not looked.complete(batch)
         scoring = scoring_for(batch) if scoring_for is not None else None
-        # Anything that may call out: a target's miss, a judge, an agent's tools.
-        calls = sends or batch.toolbox is not None or (scoring is not None and scoring.makes_calls)
-        if calls and only_cached:
-            return
-        if calls and plan.item_count is None:
-            started = time.perf_counter()
-            plan = plan.checked()  # every sample, before the first call
-            timings["plan"] += time.perf_counter() - started
         if sends and not prepared:
             backend.prepare()  # before the step's clock, as part of the start-up
             prepared = True
-        if calls and collector is not None:
-            collector.resume()
-        total = plan.item_count
         try:
             responses = fetch_responses(
                 batch, cache, backend, read_cache=read_cache, looked_up=looked,
-                # (Unchecked, the batch is the cache's whole: nothing to wait for.)
-                progress=_offset(progress, done, total) if total is not None else None,
-                listener=scoring,
+                progress=_offset(progress, done, plan.item_count), listener=scoring,
             )  # fmt: skip
         except BaseException:  # an abort or Ctrl-C: the judge answers that came are kept
             if scoring is not None:
@@ -149,7 +125,6 @@ def run_model(
     known_errors: Mapping[str, ProviderError] | None = None,
     sent_before: Container[str] = frozenset(),
     batch_samples: int | None = None,
-    split: bool = False,
 ) -> CompletedRun:
     """One model of a spec, batch by batch: responses with the scorers' calls
     overlapping them, the records scored and streamed into the run directory, the
@@ -158,10 +133,7 @@ def run_model(
     ran first (load, plan); the manifest's timings name every phase. With
     `send_targets=False` (Dagster's scores) no target request is sent: what the cache
     lacks takes its error from `known_errors`, and the keys in `sent_before` (that step's
-    own calls) are recorded as calls of this run, not as cache hits.
-
-    `split`: a large plan the cache may answer whole has its dataset's second half
-    replayed by a fork of this process while this one does the first (`halves`)."""
+    own calls) are recorded as calls of this run, not as cache hits."""
     started_at = datetime.now(UTC)
     prices = prices or load_prices()
     totals = RunTotals(plan.scorer_names)
@@ -172,36 +144,19 @@ def run_model(
     execution: dict[str, object] = {}
     spans = start_run(plan.loaded.spec.name, plan.model, started_at)
     size = batch_samples or default_batch_samples(plan.repeats)
-    # Paused while a batch is computed, resumed while one waits (`collector`).
-    collector = CollectorPause()
-    collector.pause()
 
     def scoring_for(batch: EvalPlan) -> Scoring:
         return Scoring(
             batch, cache, backend, read_cache=read_cache, prices=prices, sent_before=sent_before
         )
 
-    def write(out: RunDirWriter, source: Iterator[EvalPlan] | None = None, done: int = 0) -> int:
-        batches = _batches(
-            plan, cache, target_backend, read_cache=read_cache, timings=timings,
-            progress=progress, batch_samples=size, collector=collector,
-            scoring_for=scoring_for, source=source, done=done,
-        )  # fmt: skip
-        return _write(batches, totals, out, timings, execution, spans, collector)
-
     try:
         with RunDirWriter(results_root) as out:
-            halves = None
-            if split and send_targets and spans is NO_SPANS and cache is not None and read_cache:
-                started = time.perf_counter()
-                halves = halves_for_fork(plan, size, calls=True)
-                timings["plan"] += time.perf_counter() - started
-            if halves is None or cache is None:
-                write(out)
-            else:
-                _write_in_two(
-                    plan, halves, cache, out, totals, timings, execution, scoring_for, write, size
-                )  # fmt: skip
+            batches = _batches(
+                plan, cache, target_backend, read_cache=read_cache, timings=timings,
+                progress=progress, batch_samples=size, scoring_for=scoring_for,
+            )  # fmt: skip
+            _write(batches, totals, out, timings, execution, spans)
             summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
             manifest = build_manifest(
                 plan, execution, totals.served, summary, prices, timings, started_at
@@ -210,8 +165,6 @@ def run_model(
     except BaseException as exc:
         spans.abort(type(exc).__name__)
         raise
-    finally:
-        collector.resume()
     entry = record_run(results_root, manifest, totals, run_dir, out.fingerprint.hexdigest())
     spans.end(manifest)
     return CompletedRun(summary, manifest, run_dir, entry, totals)
@@ -220,18 +173,15 @@ def run_model(
 def _write(
     batches: Iterator[tuple[EvalPlan, Responses, Scoring | None]],
     totals: RunTotals,
-    out: RunDirWriter | PartWriter,
+    out: RunDirWriter,
     timings: dict[str, float],
     execution: dict[str, object],
     spans: RunSpans = NO_SPANS,
-    collector: CollectorPause | None = None,
-) -> int:
-    """Scores each batch's records, adds them to `totals` and writes them; the items
-    written. `execution` takes each batch's; a paused `collector` is paused again after
-    each batch's wait."""
-    items = 0
+) -> None:
+    """Scores each batch's records, adds them to `totals` and writes them; `execution`
+    takes each batch's."""
     timings.setdefault("scoring", 0.0)
-    for batch, responses, scoring in batches:
+    for _batch, responses, scoring in batches:
         assert scoring is not None
         started = time.perf_counter()
         for records in scoring.parts(responses):
@@ -243,107 +193,6 @@ def _write(
         totals.end_batch()
         timings["scoring"] += time.perf_counter() - started
         execution.update(responses.execution)
-        items += len(batch.items)
-        if collector is not None:
-            collector.pause()
-    return items
-
-
-@dataclass
-class _ReplayedHalf:
-    """What the fork did: the samples of its half it replayed (whole batches, from the
-    half's start), whether that was all of them, their totals and (for an unchecked plan)
-    their ids' hashes."""
-
-    samples: int
-    whole: bool
-    totals: RunTotals
-    ids: IdHashes | None
-
-
-def _replay(
-    plan: RunPlan,
-    half: DatasetPart,
-    cache: ResponseCache,
-    scoring_for: Callable[[EvalPlan], Scoring],
-    out: PartWriter,
-    size: int,
-) -> _ReplayedHalf:
-    """The fork's work: the half's batches that the cache answers whole, up to the first
-    that would call (or an input error: the run meets it again, and then checks the
-    whole dataset to report every error)."""
-    totals = RunTotals(plan.scorer_names)
-    done_ids, reading = ids_to_check(plan), ids_to_check(plan)
-    read = [False]  # whether every batch of the half was read and went on
-
-    def counted(source: Iterator[EvalPlan]) -> Iterator[EvalPlan]:
-        yield from source
-        read[0] = True
-
-    def completed(
-        batches: Iterator[tuple[EvalPlan, Responses, Scoring | None]],
-    ) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
-        for batch in batches:
-            yield batch
-            # Asked for the next: this one is written; its ids are the fork's to vouch for.
-            if done_ids is not None and reading is not None:
-                done_ids.extend(reading)
-                reading.clear()
-
-    batches = _batches(
-        plan, cache, NotSent({}), read_cache=True, timings={}, progress=None,
-        scoring_for=scoring_for, source=counted(plan.batches(size, half, reading)),
-        only_cached=True,
-    )  # fmt: skip
-    with contextlib.suppress(InputError):
-        _write(completed(batches), totals, out, {}, {})
-    out.close()
-    # (A stop before a batch that would call leaves the source unfinished.)
-    return _ReplayedHalf(totals.samples // plan.repeats, read[0], totals, done_ids)
-
-
-def _write_in_two(
-    plan: RunPlan,
-    halves: tuple[DatasetPart, DatasetPart],
-    cache: ResponseCache,
-    out: RunDirWriter,
-    totals: RunTotals,
-    timings: dict[str, float],
-    execution: dict[str, object],
-    scoring_for: Callable[[EvalPlan], Scoring],
-    write: Callable[[RunDirWriter, Iterator[EvalPlan] | None, int], int],
-    size: int,
-) -> None:
-    """The run with its second half replayed by a fork: this process does the first
-    half, appends what the fork did, then does whatever the fork left (it stops at the
-    first batch that would call; a fork that failed leaves the whole half)."""
-    first, second = halves
-    ids = ids_to_check(plan)
-    part = out.part("second-half")
-    started = time.perf_counter()
-    fork = Forked.start(lambda: _replay(plan, second, cache, scoring_for, part, size))
-    forking = time.perf_counter() - started
-    try:
-        items = write(out, plan.batches(size, first, ids), 0)
-        started = time.perf_counter()
-        replayed = fork.result()
-        # Starting the fork, and waiting for it once this process is done.
-        timings["second_process"] = forking + time.perf_counter() - started
-    finally:
-        fork.stop()
-    skip = 0
-    if replayed is not None:
-        out.append(part)
-        totals.extend(replayed.totals)
-        if ids is not None and replayed.ids is not None:
-            ids.extend(replayed.ids)
-        skip = replayed.samples
-        items += replayed.totals.samples
-    part.remove()
-    execution["second_process_samples"] = skip
-    if replayed is None or not replayed.whole:
-        write(out, plan.batches(size, second, ids, skip), items)
-    check_ids(plan, ids)
 
 
 @dataclass
@@ -543,13 +392,11 @@ def run_spec(
         chosen = [resolve_model(loaded.spec, m) for m in models or []] or loaded.spec.models
         specs += [(loaded, m) for m in chosen]
     # Every input error before any call: a single plan's run checks it before its first.
-    plans = [make_plan(loaded, m, defer_check=len(specs) == 1) for loaded, m in specs]
+    plans = [make_plan(loaded, m) for loaded, m in specs]
     sender = build_backend(backend, concurrency=concurrency)
     response_cache = ResponseCache(Path(cache) if cache else default_cache_path())
     with sender.session():
         return [
-            run_model(
-                p, response_cache, sender, Path(results_root), read_cache=read_cache, split=True
-            )
+            run_model(p, response_cache, sender, Path(results_root), read_cache=read_cache)
             for p in plans
         ]

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any
 
 import gradetrail_lib
 from gradetrail_lib.identity import (
@@ -38,7 +38,6 @@ from gradetrail_lib.request import key_base_url
 from gradetrail_lib.summary import RunSummary
 from gradetrail_lib.trace import (
     SCHEMA_VERSION,
-    WRITE_BUFFER,
     DatasetInfo,
     GitInfo,
     Manifest,
@@ -162,21 +161,6 @@ class RunDirWriter:
         self.fingerprint.add_all(records)
         self.write_s += time.perf_counter() - started
 
-    def part(self, name: str) -> "PartWriter":
-        """A writer of a part of the run's records kept apart (another process writes it),
-        for `append`; its files are in the staging directory, which `abort` removes."""
-        return PartWriter(self.staging / f".{name}{RESULTS_FILE}", self.staging / f".{name}.fp")
-
-    def append(self, part: "PartWriter") -> None:
-        """The part's records after those written so far (its files then removed)."""
-        started = time.perf_counter()
-        self._out.append_file(part.records)
-        with open(part.fingerprint, "rb") as encoded:
-            while chunk := encoded.read(WRITE_BUFFER):
-                self.fingerprint.update(chunk)
-        part.remove()
-        self.write_s += time.perf_counter() - started
-
     def commit(self, manifest: Manifest) -> Path:
         """Adds the manifest (its timings completed with the write and the total) and
         renames the directory into place."""
@@ -222,37 +206,6 @@ class RunDirWriter:
     ) -> None:
         if kind is not None and self.staging.exists():
             self.abort()
-
-
-class PartWriter:
-    """Records written apart from a run directory's (`RunDirWriter.part`): the records,
-    and what the fingerprint hashes of each (`RecordsFingerprint.encode`), in order."""
-
-    def __init__(self, records: Path, fingerprint: Path) -> None:
-        self.records = records
-        self.fingerprint = fingerprint
-        self._out: RecordWriter | None = None
-        self._encoded: BinaryIO | None = None
-
-    def write(self, records: Sequence[TraceRecord]) -> None:
-        if self._out is None:
-            self._out = RecordWriter(self.records)
-            self._encoded = open(self.fingerprint, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115
-        assert self._encoded is not None
-        self._out.write(records)
-        self._encoded.write(RecordsFingerprint.encode_all(records))
-
-    def close(self) -> None:
-        """Ends the writing (an empty part gets empty files)."""
-        if self._out is None:
-            self.write([])
-        assert self._out is not None and self._encoded is not None
-        self._out.close()
-        self._encoded.close()
-
-    def remove(self) -> None:
-        for path in (self.records, self.fingerprint):
-            path.unlink(missing_ok=True)
 
 
 def write_run_dir(results_root: Path, records: Iterable[TraceRecord], manifest: Manifest) -> Path:

@@ -58,18 +58,6 @@ class CallCounter:
         self.sent_before += len(self.sent)
         self.sent.clear()
 
-    def extend(self, later: "CallCounter") -> None:
-        """Adds the counts of calls that came after this counter's, in batches of their own
-        (another process's part of a run). Costs add as two sums, not one running sum:
-        equal to a single process's but for the last bits of a float."""
-        self.sent_before += later.sent_before + len(later.sent)
-        self.cache_hits += later.cache_hits
-        self.errors += later.errors
-        self.input_tokens += later.input_tokens
-        self.output_tokens += later.output_tokens
-        self.cost = _sum_known(self.cost, later.cost)
-        self.paid = _sum_known(self.paid, later.paid)
-
     def totals(self) -> CallTotals:
         return CallTotals(
             calls=self.sent_before + len(self.sent),
@@ -80,10 +68,6 @@ class CallCounter:
             cost_usd=self.cost,
             cost_paid_usd=self.paid,
         )
-
-
-def _sum_known(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a + b
 
 
 def call_totals(
@@ -207,37 +191,6 @@ class RunTotals:
                 self.judge.add(call)
                 if call.scorer is not None:
                     self.judge_of(call.scorer).add(call)
-
-    def extend(self, later: "RunTotals") -> None:
-        """Adds the totals of the records that follow this one's (another process's part
-        of the run, of the same scorers); each case's records are all in one of them."""
-        if self._case is not None or later._case is not None:
-            mine = self._case if self._case is not None else array("l", range(self.samples))
-            theirs = later._case if later._case is not None else range(later.samples)
-            mine.extend(case + self.cases for case in theirs)
-            self._case = mine
-        self.samples += later.samples
-        self.outcomes.update(later.outcomes)
-        self.failure_modes.update(later.failure_modes)
-        self.truncated += later.truncated
-        for name in self.scorers:
-            self._scores[name].extend(later._scores[name])
-            self.errors[name] += later.errors[name]
-            self.error_kinds[name].update(later.error_kinds[name])
-        self.answered += later.answered
-        self.cases += later.cases
-        if later.samples:
-            self._last_id = later._last_id
-        self.repeated = self.repeated or later.repeated
-        self.target.extend(later.target)
-        self.judge.extend(later.judge)
-        for scorer, counter in later.judges.items():
-            self.judge_of(scorer).extend(counter)
-        self.target_calls += later.target_calls
-        self.latencies.extend(later.latencies)
-        self.served |= later.served
-        if self.case_ids is not None and later.case_ids is not None:
-            self.case_ids += later.case_ids
 
     def judge_of(self, scorer: str) -> CallCounter:
         """The judge calls of one scorer (none counted yet: an empty counter)."""

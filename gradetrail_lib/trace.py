@@ -395,13 +395,6 @@ class RecordWriter:
         self._out = open(path, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 (closed by close() / __exit__)
 
 
-    def append_file(self, path: Path) -> None:
-        """Another records file's bytes after the records written so far."""
-        self._out.flush()
-        with open(path, "rb") as source:
-            while chunk := source.read(WRITE_BUFFER):
-                self._out.write(chunk)
-
     def write(self, records: Iterable[TraceRecord]) -> None:
         """Records, a line each (a part of a batch at a time: joined, one write)."""
         dump = self._dump

@@ -192,7 +192,7 @@ def test_calls_judging_responses_to_come_are_noted_once_for_the_whole_run(
     )
     loaded = load_spec(spec)
     estimated = estimate_run(
-        plan(loaded, loaded.spec.models[0], defer_check=True), None, load_prices()
+        plan(loaded, loaded.spec.models[0]), None, load_prices()
     )
     (judge,) = estimated.scorers
     assert judge.pending == judge.misses == n

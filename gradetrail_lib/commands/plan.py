@@ -39,13 +39,12 @@ def plan_command(args: argparse.Namespace) -> int:
     loaded = load_spec(args.spec).with_repeats(args.repeats)
     spec = loaded.spec
     models = [spec.model_named(args.model)] if args.model else list(spec.models)
-    # Checked as they are estimated (a plan makes no call): the dataset is read once a model.
-    plans = [plan(loaded, m, defer_check=True) for m in models]
+    plans = [plan(loaded, m) for m in models]
     path: Path = args.cache
     # A cache that does not exist yet is empty; opening it would create the file.
     cache = ResponseCache(path) if path.exists() else None
     prices = load_prices()
-    estimates: list[ModelPlan] = [estimate_run(p, cache, prices, split=True) for p in plans]
+    estimates: list[ModelPlan] = [estimate_run(p, cache, prices) for p in plans]
     worst = total_worst_case(estimates)
     if args.json:
         body = {

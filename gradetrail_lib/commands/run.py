@@ -102,15 +102,6 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         help="do not read the cache (every request is sent); responses are still stored",
     )
     run.add_argument(
-        "--processes",
-        type=int,
-        choices=(1, 2),
-        default=2,
-        help="2 (the default): a large run the cache answers has the second half of its "
-        "dataset replayed by a second process beside this one, where it may (two cores, no "
-        "judge, tools, Python scorer or tracing); 1: one process",
-    )
-    run.add_argument(
         "--max-cost",
         type=float,
         default=None,
@@ -223,13 +214,9 @@ def _plan_spec(
     else:
         models = list(spec.models)
     plans, plan_s = [], []
-    # One plan whose cost is not estimated first is checked by its run, before any call
-    # (a run the cache answers whole reads the dataset once); a folder's specs and a
-    # spec's models are all checked before any of them runs.
-    defer = not folder and len(models) == 1 and args.max_cost is None
     for model in models:
         started = time.perf_counter()
-        plans.append(plan(loaded, model, dataset, defer_check=defer))
+        plans.append(plan(loaded, model, dataset))
         plan_s.append(time.perf_counter() - started)
     return SpecJob(loaded, plans, load_s, plan_s)
 
@@ -284,7 +271,6 @@ def _run_spec(
             read_cache=not args.no_cache,
             progress=ProgressBar(label),
             before={"startup": startup_s, "load": job.load_s, "plan": plan_s},
-            split=args.processes == 2,
         )
         any_scored = any_scored or done.summary.any_scored
         print(f"Run: {label} -> {done.run_dir}", file=out)
