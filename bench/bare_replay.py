@@ -4,7 +4,7 @@
     python -m bench.bare_replay DATASET CACHE BASE_URL OUT
 
 Reads the JSONL dataset, renders each prompt with str.format, keys each request as
-gradetrail_lib.request defines the key (sha256 of the canonical JSON), looks the keys up
+gradetrail_lib.providers.request defines the key (sha256 of the canonical JSON), looks the keys up
 in the DuckDB cache 8,192 at a time, scores the last number of each answer, and writes a
 JSON line per sample (its messages, key, usage, answer and score). No checks, no
 objects but dicts, no statistics, no manifest: what this machine allows at all. Exits 1

@@ -24,7 +24,7 @@ from bench.bench_pipeline import start_server
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.backends.ray_backend import RayBackend
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.providers.request import ModelRequest
 from tests.support.requests import addition_requests
 
 

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from gradetrail_lib import load_run, run_spec
-from gradetrail_lib.rundir import write_run_dir
-from gradetrail_lib.summary import summarize
+from gradetrail_lib.analysis.summary import summarize
+from gradetrail_lib.engine.rundir import write_run_dir
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = """name: viewer-bench

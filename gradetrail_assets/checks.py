@@ -17,9 +17,9 @@
 import dagster as dg
 
 from gradetrail_assets.resources import GradetrailResource
-from gradetrail_lib.summary import RunSummary
-from gradetrail_lib.totals import RunTotals
-from gradetrail_lib.trace import AGENT_STOPS, Manifest
+from gradetrail_lib.analysis.summary import RunSummary
+from gradetrail_lib.results.totals import RunTotals
+from gradetrail_lib.results.trace import AGENT_STOPS, Manifest
 
 # Where Dagster stores an asset materialization's data version (dagster._core's
 # DATA_VERSION_TAG, not exported at the top level).

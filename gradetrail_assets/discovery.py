@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradetrail_lib.errors import InputError, InputErrors
-from gradetrail_lib.spec import LoadedSpec, load_spec
+from gradetrail_lib.spec.spec import LoadedSpec, load_spec
 
 log = logging.getLogger("gradetrail_assets")
 

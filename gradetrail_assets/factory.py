@@ -34,17 +34,17 @@ from gradetrail_assets.tables import (
     score_rows,
     stats_rows,
 )
+from gradetrail_lib.analysis.stats import run_stats
+from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset, plan
+from gradetrail_lib.engine.run import FetchedRun, fetch_run, run_model
+from gradetrail_lib.engine.rundir import RESULTS_FILE
 from gradetrail_lib.hashing import hash_json, sha256_hex
-from gradetrail_lib.identity import scorer_hash, spec_requests_hash
-from gradetrail_lib.pipeline import RunPlan, batch_samples, load_spec_dataset, plan
-from gradetrail_lib.pricing import load_prices
-from gradetrail_lib.report import write_report
-from gradetrail_lib.run import FetchedRun, fetch_run, run_model
-from gradetrail_lib.rundir import RESULTS_FILE
-from gradetrail_lib.runs import load_run
-from gradetrail_lib.spec import LoadedSpec
-from gradetrail_lib.stats import run_stats
-from gradetrail_lib.trace import iter_records
+from gradetrail_lib.providers.pricing import load_prices
+from gradetrail_lib.report.html import write_report
+from gradetrail_lib.results.runs import load_run
+from gradetrail_lib.results.trace import iter_records
+from gradetrail_lib.spec.identity import scorer_hash, spec_requests_hash
+from gradetrail_lib.spec.spec import LoadedSpec
 
 DB_POOL = "gradetrail_duckdb"
 STEPS = ("dataset", "responses", "scores", "stats", "report")

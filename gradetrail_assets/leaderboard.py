@@ -6,9 +6,9 @@ from typing import Any
 
 import dagster as dg
 
+from gradetrail_lib.analysis.pairwise import Pairing, every_pair
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.pairwise import Pairing, every_pair
-from gradetrail_lib.runs import Run, load_run
+from gradetrail_lib.results.runs import Run, load_run
 
 FIGURES = ("n", "passed", "pass_rate", "pass_low", "pass_high", "mean_score")
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import dagster as dg
 
-from gradetrail_lib.pricing import format_usd
-from gradetrail_lib.run import FetchedRun
-from gradetrail_lib.stats import RunStats, describe
-from gradetrail_lib.summary import RunSummary, format_cost
-from gradetrail_lib.trace import (
+from gradetrail_lib.analysis.stats import RunStats, describe
+from gradetrail_lib.analysis.summary import RunSummary, format_cost
+from gradetrail_lib.engine.run import FetchedRun
+from gradetrail_lib.providers.pricing import format_usd
+from gradetrail_lib.results.trace import (
     AGENT_FAILURE_MODES,
     FAILURE_MODES,
     CallTotals,

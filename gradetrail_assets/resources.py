@@ -6,7 +6,7 @@ from pathlib import Path
 import dagster as dg
 
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache import ResponseCache, default_cache_path
+from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
 from gradetrail_lib.settings import DEFAULTS, Settings
 
 

@@ -21,12 +21,12 @@ from dagster_duckdb import DuckDBResource
 from duckdb import Error as DuckDBError
 from duckdb import OutOfMemoryException, TransactionException
 
-from gradetrail_lib.duckdb_rows import Column, insert_rows
-from gradetrail_lib.pricing import sum_costs
-from gradetrail_lib.runs import Run
-from gradetrail_lib.stats import RunStats
-from gradetrail_lib.totals import RunTotals
-from gradetrail_lib.trace import CallTotals, Manifest, TraceRecord
+from gradetrail_lib.analysis.stats import RunStats
+from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
+from gradetrail_lib.providers.pricing import sum_costs
+from gradetrail_lib.results.runs import Run
+from gradetrail_lib.results.totals import RunTotals
+from gradetrail_lib.results.trace import CallTotals, Manifest, TraceRecord
 
 # Rows per INSERT: each column's values of one batch are a list (`insert_rows`), which
 # DuckDB converts whole (measured, 1,000,000 rows under the limit below: a peak 34 MB

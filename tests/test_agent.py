@@ -9,8 +9,8 @@ import pytest
 
 from gradetrail_lib import load_run, run_spec
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.identity import run_identity
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.spec.identity import run_identity
+from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import run_cli
 from tests.support.agent_scripts import conversation, tool_call
 from tests.support.fake_llm_server import FakeLLMServer
@@ -223,7 +223,7 @@ def test_tool_spec_errors_name_file_line_and_field(tmp_path: Path) -> None:
 
 def test_a_plain_request_keeps_its_key_beside_a_tool_spec(tmp_path: Path) -> None:
     """A spec without tools and with one user message keys exactly as a `prompt:` spec."""
-    from gradetrail_lib.pipeline import plan
+    from gradetrail_lib.engine.plan import plan
     from tests.support.plans import whole
 
     (tmp_path / "data").mkdir()

@@ -4,10 +4,10 @@ and a run batch by batch writes what a run in one batch writes."""
 from pathlib import Path
 
 from gradetrail_lib.backends.local import LocalBackend
-from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.pipeline import BATCH_ITEMS, batch_samples, plan
-from gradetrail_lib.run import run_model
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.engine.plan import BATCH_ITEMS, batch_samples, plan
+from gradetrail_lib.engine.run import run_model
+from gradetrail_lib.spec.spec import load_spec
 from tests.support.oracle import oracle_project
 
 

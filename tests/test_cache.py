@@ -7,11 +7,11 @@ from pathlib import Path
 
 import duckdb
 
-from gradetrail_lib.cache import CacheWriter, ResponseCache
-from gradetrail_lib.pipeline import look_up, plan
+from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
+from gradetrail_lib.engine.plan import look_up, plan
 from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.request import Endpoint, ModelRequest
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.providers.request import Endpoint, ModelRequest
+from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import write_spec
 from tests.support.plans import whole
 

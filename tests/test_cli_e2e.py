@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib import load_run
-from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.trace import TraceRecord
+from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.results.trace import TraceRecord
 from tests.conftest import read_results, run_cli, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, Fault
 

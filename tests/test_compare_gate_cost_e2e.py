@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib import cli
-from gradetrail_lib.cost import format_cost, reprice
-from gradetrail_lib.pricing import Price, load_prices
-from gradetrail_lib.runs import load_run
-from gradetrail_lib.trace import ModelCall
+from gradetrail_lib.analysis.cost import format_cost, reprice
+from gradetrail_lib.providers.pricing import Price, load_prices
+from gradetrail_lib.results.runs import load_run
+from gradetrail_lib.results.trace import ModelCall
 from tests.conftest import run_cli
 from tests.support.eval_runs import (
     JUDGE_MODEL,

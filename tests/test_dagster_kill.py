@@ -13,7 +13,7 @@ import dagster as dg
 import duckdb
 
 from gradetrail_assets.definitions import build_definitions
-from gradetrail_lib.cache import ResponseCache
+from gradetrail_lib.cache.responses import ResponseCache
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, last_user_message
 from tests.test_dagster_scorers import settings

@@ -16,7 +16,7 @@ from gradetrail_assets.checks import latest_data_version, served_model_check
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from gradetrail_assets.tables import STATS_COLUMNS, replace_partition
-from gradetrail_lib.runs import load_run
+from gradetrail_lib.results.runs import load_run
 from tests.support.fake_llm_server import FakeLLMServer, default_responder
 from tests.support.staleness import StaleStatus, resolver_for
 

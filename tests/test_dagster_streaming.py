@@ -17,13 +17,13 @@ from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.metadata import FAILURES_SHOWN, FirstFailures, scores_metadata
 from gradetrail_assets.tables import SCORE_COLUMNS, STATS_COLUMNS, replace_partition
 from gradetrail_lib import run_spec
-from gradetrail_lib.run import CompletedRun
-from gradetrail_lib.rundir import RESULTS_FILE
-from gradetrail_lib.runs import Run, load_run
-from gradetrail_lib.stats import run_stats
-from gradetrail_lib.summary import summarize
-from gradetrail_lib.totals import call_totals
-from gradetrail_lib.trace import TraceRecord, iter_records
+from gradetrail_lib.analysis.stats import run_stats
+from gradetrail_lib.analysis.summary import summarize
+from gradetrail_lib.engine.run import CompletedRun
+from gradetrail_lib.engine.rundir import RESULTS_FILE
+from gradetrail_lib.results.runs import Run, load_run
+from gradetrail_lib.results.totals import call_totals
+from gradetrail_lib.results.trace import TraceRecord, iter_records
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
 from tests.test_dagster_scorers import N, materialize, settings, write_project

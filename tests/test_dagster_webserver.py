@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from gradetrail_lib.identity import scorer_hash
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.spec.identity import scorer_hash
+from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import REPO, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
 

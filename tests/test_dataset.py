@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.dataset import load_dataset
+from gradetrail_lib.datasets.dataset import load_dataset
 from gradetrail_lib.errors import InputError
 
 SHOWN = "data/x.jsonl"
@@ -190,7 +190,7 @@ def test_a_duplicate_id_among_many_is_found_and_named(tmp_path):
 def test_ids_whose_hashes_collide_are_told_apart(tmp_path, monkeypatch):
     """Ids are checked through short hashes: where two distinct ids share one (forced
     here: every id hashes to one of three values), the ids themselves decide."""
-    from gradetrail_lib import dataset
+    from gradetrail_lib.datasets import dataset
 
     monkeypatch.setattr(dataset.IdHashes, "of", classmethod(lambda cls, i: (0, len(i) % 3)))
     unique = [json.dumps({"id": f"s{i}"}) for i in range(50)]

@@ -10,10 +10,10 @@ import duckdb
 import pytest
 
 from gradetrail_lib import run_spec
-from gradetrail_lib.dataset import load_dataset, load_dataset_ref
+from gradetrail_lib.datasets.dataset import load_dataset, load_dataset_ref
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json
-from gradetrail_lib.spec import DatasetRef, load_spec
+from gradetrail_lib.spec.spec import DatasetRef, load_spec
 
 ROWS = [{"id": "a", "q": "France", "answer": "Paris"}, {"id": "b", "q": "Italy", "answer": "Rome"}]
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -153,7 +153,7 @@ def test_dataset_ref_rules(tmp_path: Path) -> None:
 
 
 def test_a_jsonl_spec_keeps_its_hash_fields(tmp_path: Path) -> None:
-    from gradetrail_lib.spec import spec_document_fields
+    from gradetrail_lib.spec.spec import spec_document_fields
 
     loaded = load_spec(spec_file(tmp_path, "{path: data/x.jsonl}"))
     assert spec_document_fields(loaded.spec)["dataset"] == {"path": "data/x.jsonl"}

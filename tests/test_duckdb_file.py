@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gradetrail_lib.duckdb_file import DatabaseLocked, open_connection
+from gradetrail_lib.cache.duckdb_file import DatabaseLocked, open_connection
 from gradetrail_lib.errors import GradetrailError
 
 COUNT_ROWS = """
@@ -153,7 +153,7 @@ def test_an_io_error_other_than_the_lock_fails_at_once(tmp_path: Path) -> None:
 READ_WHILE_HELD = """
 import sys, time
 from pathlib import Path
-from gradetrail_lib.duckdb_file import open_connection
+from gradetrail_lib.cache.duckdb_file import open_connection
 with open_connection(Path(sys.argv[1]), read_only=True) as connection:
     print(connection.execute("SELECT count(*) FROM t").fetchone()[0], flush=True)
     time.sleep(float(sys.argv[2]))
@@ -205,7 +205,7 @@ def test_a_writer_waits_for_this_processes_readers_and_a_reader_uses_a_writers_f
 CTRL_C_IN_A_QUERY = """
 import os, signal, sys, threading
 from pathlib import Path
-from gradetrail_lib.duckdb_file import open_connection
+from gradetrail_lib.cache.duckdb_file import open_connection
 threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
 try:
     with open_connection(Path(sys.argv[1])) as connection:

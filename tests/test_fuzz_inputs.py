@@ -13,9 +13,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradetrail_lib.dataset import load_dataset
+from gradetrail_lib.datasets.dataset import load_dataset
 from gradetrail_lib.errors import InputError, InputErrors
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import run_cli
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

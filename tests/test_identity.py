@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.dataset import load_dataset
-from gradetrail_lib.identity import (
+from gradetrail_lib.datasets.dataset import load_dataset
+from gradetrail_lib.spec.identity import (
     file_hashes,
     records_fingerprint,
     requests_hash,
@@ -15,7 +15,7 @@ from gradetrail_lib.identity import (
     scorer_hash,
     spec_hash,
 )
-from gradetrail_lib.spec import LoadedSpec, load_spec
+from gradetrail_lib.spec.spec import LoadedSpec, load_spec
 from tests.support.traces import record
 
 SPEC = """\

@@ -6,6 +6,9 @@ import sys
 
 
 def test_stats_does_not_import_summary() -> None:
-    code = "import sys, gradetrail_lib.stats; print('gradetrail_lib.summary' in sys.modules)"
+    code = (
+        "import sys, gradetrail_lib.analysis.stats; "
+        "print('gradetrail_lib.analysis.summary' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

@@ -3,7 +3,7 @@
 import hashlib
 import pickle
 
-from gradetrail_lib.keyset import KeySet
+from gradetrail_lib.cache.keyset import KeySet
 
 
 def key(i: int) -> str:

@@ -1,10 +1,10 @@
-"""One pairing of runs (`gradetrail_lib.pairwise`) for the HTML report and the Dagster
+"""One pairing of runs (`gradetrail_lib.analysis.pairwise`) for the HTML report and the Dagster
 leaderboard: the hash check, the comparison, a refusal instead of an error."""
 
+from gradetrail_lib.analysis.pairwise import compare_runs, every_pair
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.pairwise import compare_runs, every_pair
-from gradetrail_lib.runs import Run
-from gradetrail_lib.trace import TraceRecord
+from gradetrail_lib.results.runs import Run
+from gradetrail_lib.results.trace import TraceRecord
 from tests.support.traces import SCORER, manifest, record
 
 

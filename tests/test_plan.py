@@ -175,10 +175,10 @@ def test_max_cost_with_no_cache_counts_every_sample_as_a_miss(
 def test_calls_judging_responses_to_come_are_noted_once_for_the_whole_run(
     tmp_path: Path,
 ) -> None:
-    from gradetrail_lib.cost_plan import estimate_run, format_plan
-    from gradetrail_lib.pipeline import BATCH_ITEMS, plan
-    from gradetrail_lib.pricing import load_prices
-    from gradetrail_lib.spec import load_spec
+    from gradetrail_lib.engine.estimate import estimate_run, format_plan
+    from gradetrail_lib.engine.plan import BATCH_ITEMS, plan
+    from gradetrail_lib.providers.pricing import load_prices
+    from gradetrail_lib.spec.spec import load_spec
 
     n = BATCH_ITEMS + 5  # two batches, summed
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)

@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 
 from gradetrail_lib.errors import GradetrailError
-from gradetrail_lib.pricing import DEFAULT_VERSION, load_prices, sum_costs
+from gradetrail_lib.providers.pricing import DEFAULT_VERSION, load_prices, sum_costs
 
 
 @pytest.fixture(scope="module")
 def raw() -> dict[str, Any]:
-    path = resources.files("gradetrail_lib").joinpath(f"data/pricing-{DEFAULT_VERSION}.json")
+    data_dir = resources.files("gradetrail_lib.providers").joinpath("data")
+    path = data_dir.joinpath(f"pricing-{DEFAULT_VERSION}.json")
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
 

@@ -18,7 +18,7 @@ from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.providers.caller import ADAPTERS, call_model
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter, chat_messages
 from gradetrail_lib.providers.policy import RetryPolicy
-from gradetrail_lib.request import Endpoint, Message, ModelRequest
+from gradetrail_lib.providers.request import Endpoint, Message, ModelRequest
 from tests.support.agent_scripts import Conversation, conversation, reply, script, tool_call
 from tests.support.fake_llm_server import FakeLLMServer, Fault, default_responder
 

@@ -20,7 +20,7 @@ from gradetrail_lib.backends.transport import StreamTransport, environment_proxi
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.providers.caller import call_model
 from gradetrail_lib.providers.policy import RetryPolicy
-from gradetrail_lib.request import Endpoint, ModelRequest
+from gradetrail_lib.providers.request import Endpoint, ModelRequest
 from tests.support.fake_llm_server import FakeLLMServer
 
 pytestmark = pytest.mark.anyio

@@ -8,8 +8,8 @@ import pytest
 
 from gradetrail_lib import load_run, run_spec
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.identity import run_identity, scorer_hash
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.spec.identity import run_identity, scorer_hash
+from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import run_cli
 
 SCORERS = """

@@ -3,10 +3,10 @@
 import jinja2
 import pytest
 
-from gradetrail_lib.dataset import Sample
+from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.render import PromptRenderer, Template, make_environment, substitution_parts
-from gradetrail_lib.spec import Spec
+from gradetrail_lib.spec.spec import Spec
+from gradetrail_lib.templating import PromptRenderer, Template, make_environment, substitution_parts
 
 DATASET = "data/x.jsonl"
 

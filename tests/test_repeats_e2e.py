@@ -6,7 +6,7 @@ and resamples cases, the report shows pass@k and pass^k."""
 import json
 from pathlib import Path
 
-from gradetrail_lib.runs import load_run
+from gradetrail_lib.results.runs import load_run
 from tests.conftest import run_cli
 
 # Case i passes its first PASSES[i] repeats of 5 (the scorer reads record.repeat).

@@ -15,8 +15,8 @@ import pytest
 
 from gradetrail_lib import cli
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.report import render_report, write_report
-from gradetrail_lib.runs import Run, load_run
+from gradetrail_lib.report.html import render_report, write_report
+from gradetrail_lib.results.runs import Run, load_run
 from tests.support.eval_runs import (
     JUDGE_MODEL,
     MALICIOUS,

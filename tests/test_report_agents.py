@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from gradetrail_lib import run_spec
-from gradetrail_lib.report import FAILURE_LABELS, write_report
-from gradetrail_lib.trace import TraceRecord
+from gradetrail_lib.report.html import FAILURE_LABELS, write_report
+from gradetrail_lib.results.trace import TraceRecord
 from tests.support.agent_scripts import conversation, tool_call
 from tests.support.eval_runs import MALICIOUS
 from tests.support.fake_llm_server import FakeLLMServer
@@ -220,8 +220,8 @@ def test_a_replayed_run_marks_every_step_a_cache_hit(agent_run: AgentRun) -> Non
 
 
 def test_a_plain_runs_failures_have_no_trajectory(tmp_path: Path) -> None:
-    from gradetrail_lib.report import render_report
-    from gradetrail_lib.runs import Run
+    from gradetrail_lib.report.html import render_report
+    from gradetrail_lib.results.runs import Run
     from tests.support.traces import manifest, record
 
     html = render_report([Run.of(manifest({"s": "s" * 64}), [record("a", 0.0)])])

@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib import cli
-from gradetrail_lib.dataset import Sample
-from gradetrail_lib.errors import InputError
-from gradetrail_lib.retrieval import (
+from gradetrail_lib.analysis.retrieval import (
     DEFAULT_CITATION_PATTERN,
     citation_pattern,
     citation_verdicts,
@@ -24,9 +22,11 @@ from gradetrail_lib.retrieval import (
     retrieval_of,
     retrieved_ids,
 )
-from gradetrail_lib.rundir import RESULTS_FILE, write_run_dir
-from gradetrail_lib.stats.intervals import proportion_interval
-from gradetrail_lib.trace import AgentStep, Retrieval, ToolResult, TraceRecord, iter_records
+from gradetrail_lib.analysis.stats.intervals import proportion_interval
+from gradetrail_lib.datasets.dataset import Sample
+from gradetrail_lib.engine.rundir import RESULTS_FILE, write_run_dir
+from gradetrail_lib.errors import InputError
+from gradetrail_lib.results.trace import AgentStep, Retrieval, ToolResult, TraceRecord, iter_records
 from tests.support.traces import SCORER, manifest, record
 
 PATTERN = citation_pattern(DEFAULT_CITATION_PATTERN)
@@ -169,7 +169,7 @@ def test_retrieval_of_sample_fields() -> None:
 
 
 def test_check_sample_names_dataset_line_and_field() -> None:
-    from gradetrail_lib.retrieval import check_sample
+    from gradetrail_lib.analysis.retrieval import check_sample
 
     check_sample(Sample("1", {"id": "1", "relevant_context_ids": ["a"]}, 3), "data/x.jsonl")
     bad = Sample("2", {"id": "2", "citation_support": {"d1": 1}}, 4)

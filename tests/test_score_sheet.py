@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib import cli
-from gradetrail_lib.report import write_report
-from gradetrail_lib.runs import Run
-from gradetrail_lib.stats import compare
-from gradetrail_lib.stats.sheet import ScoreSheet, sheets_of
+from gradetrail_lib.analysis.stats import compare
+from gradetrail_lib.report.html import write_report
+from gradetrail_lib.results.runs import Run
+from gradetrail_lib.results.sheet import ScoreSheet, sheets_of
 from tests.support.traces import SCORER, record
 from tests.test_compare_gate_cost_e2e import runs  # noqa: F401 (the fixture)
 

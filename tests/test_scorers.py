@@ -14,16 +14,16 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from gradetrail_lib.backends.local import LocalBackend
-from gradetrail_lib.dataset import Sample
+from gradetrail_lib.datasets.dataset import Sample
+from gradetrail_lib.engine.plan import Responses, plan
+from gradetrail_lib.engine.records import Scoring
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.pipeline import Responses, plan
-from gradetrail_lib.pricing import load_prices
 from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.records import Scoring
+from gradetrail_lib.providers.pricing import load_prices
+from gradetrail_lib.results.trace import SCHEMA_VERSION, TraceRecord
 from gradetrail_lib.scorers import Score, ScoreInput, Scorer, build_scorer
 from gradetrail_lib.scorers.regex import compile_pattern, literal_text
-from gradetrail_lib.spec import AnyScorer, LoadedSpec, Spec
-from gradetrail_lib.trace import SCHEMA_VERSION, TraceRecord
+from gradetrail_lib.spec.spec import AnyScorer, LoadedSpec, Spec
 from tests.conftest import write_spec
 from tests.support.plans import whole
 
@@ -531,7 +531,7 @@ BUILD_AND_REPORT_JSONSCHEMA = """
 import sys
 from pathlib import Path
 from gradetrail_lib.scorers import build_scorer
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.spec.spec import load_spec
 loaded = load_spec(Path(sys.argv[1]))
 build_scorer(loaded.spec.scorers[0], loaded.base_dir)
 print("jsonschema" in sys.modules)

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 from gradetrail_lib.backends.local import LocalBackend
-from gradetrail_lib.pipeline import Responses, plan
+from gradetrail_lib.engine.plan import Responses, plan
+from gradetrail_lib.engine.records import Scoring
 from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.records import Scoring
-from gradetrail_lib.spec import load_spec
-from gradetrail_lib.trace import record_json
+from gradetrail_lib.results.trace import record_json
+from gradetrail_lib.spec.spec import load_spec
 
 SCORERS = """
 import asyncio

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib import run_spec
+from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.pipeline import plan
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.spec.spec import load_spec
 from tests.support.plans import whole
 
 

@@ -8,7 +8,7 @@ from gradetrail_lib.errors import InputError, InputErrors, UnknownModel
 from gradetrail_lib.scorers.json_schema import Config as JsonSchemaScorer
 from gradetrail_lib.scorers.numeric import Config as NumericScorer
 from gradetrail_lib.scorers.regex import Config as RegexScorer
-from gradetrail_lib.spec import LoadedSpec, load_spec
+from gradetrail_lib.spec.spec import LoadedSpec, load_spec
 
 # Line numbers below refer to this layout; tests edit one line and check the line named.
 BASE = """\
@@ -351,7 +351,7 @@ def test_several_scorers_and_a_single_model(tmp_path: Path) -> None:
     assert [s.name for s in spec.scorers] == ["a", "b", "c"] and spec.primary_scorer == "a"
     assert [m.name for m in spec.models] == ["echo"] and spec.models[0].provider == "scripted"
     # The shorthand hashes as the list it stands for.
-    from gradetrail_lib.spec import spec_document_fields
+    from gradetrail_lib.spec.spec import spec_document_fields
 
     fields = spec_document_fields(spec)
     assert "model" not in fields and fields["models"][0]["name"] == "echo"

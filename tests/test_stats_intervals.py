@@ -9,17 +9,23 @@ import numpy as np
 import pytest
 from scipy.stats import beta, binomtest, norm
 
-from gradetrail_lib.stats import (
+from gradetrail_lib.analysis.stats import (
     BootstrapSettings,
     mean_estimate,
     mean_interval,
     proportion,
     proportion_interval,
 )
-from gradetrail_lib.stats import run_stats as run_stats_on
-from gradetrail_lib.stats.run_stats import RunStats, latency_of
-from gradetrail_lib.summary import format_summary, summarize
-from gradetrail_lib.trace import FailureMode, Outcome, TraceRecord, parse_record, record_json
+from gradetrail_lib.analysis.stats import run_stats as run_stats_on
+from gradetrail_lib.analysis.stats.run_stats import RunStats, latency_of
+from gradetrail_lib.analysis.summary import format_summary, summarize
+from gradetrail_lib.results.trace import (
+    FailureMode,
+    Outcome,
+    TraceRecord,
+    parse_record,
+    record_json,
+)
 from tests.conftest import REPO
 from tests.support.traces import SCORER, record
 
@@ -230,7 +236,7 @@ def test_a_run_summary_imports_neither_scipy_nor_numpy() -> None:
     # Each costs a large share of the CLI's start-up; a binary-scored run needs neither.
     code = (
         "import sys\n"
-        "from gradetrail_lib.stats import run_stats, describe\n"
+        "from gradetrail_lib.analysis.stats import run_stats, describe\n"
         "from tests.support.traces import record\n"
         "rows = [record(str(i), float(i % 2)) for i in range(50)]\n"
         "print(describe(run_stats(rows, 's').pass_rate))\n"

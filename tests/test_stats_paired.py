@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from gradetrail_lib.analysis.stats import PairedComparison, check_comparable, gate, mcnemar_exact
+from gradetrail_lib.analysis.stats import compare as compare_on
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.stats import PairedComparison, check_comparable, gate, mcnemar_exact
-from gradetrail_lib.stats import compare as compare_on
-from gradetrail_lib.trace import Manifest, TraceRecord
+from gradetrail_lib.results.trace import Manifest, TraceRecord
 from tests.support.traces import SCORER, manifest, record
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.stats import (
+from gradetrail_lib.analysis.stats import (
     DEFAULT_THRESHOLD,
     compare,
     gate,
@@ -18,9 +18,9 @@ from gradetrail_lib.stats import (
     mean_interval,
     proportion,
 )
-from gradetrail_lib.stats import proportion_interval as wilson
-from gradetrail_lib.stats.clusters import cluster_mean_interval, cluster_proportion
-from gradetrail_lib.stats.repeats import (
+from gradetrail_lib.analysis.stats import proportion_interval as wilson
+from gradetrail_lib.analysis.stats.clusters import cluster_mean_interval, cluster_proportion
+from gradetrail_lib.analysis.stats.repeats import (
     case_outcomes,
     default_ks,
     describe_at_k,
@@ -29,9 +29,9 @@ from gradetrail_lib.stats.repeats import (
     pass_hat_k,
     repeat_stats,
 )
-from gradetrail_lib.stats.run_stats import scorer_estimates
-from gradetrail_lib.summary import format_summary, summarize
-from gradetrail_lib.trace import TraceRecord, parse_manifest
+from gradetrail_lib.analysis.stats.run_stats import scorer_estimates
+from gradetrail_lib.analysis.summary import format_summary, summarize
+from gradetrail_lib.results.trace import TraceRecord, parse_manifest
 from tests.support.traces import SCORER, manifest, record
 
 # (n, c, k, pass@k, pass^k), worked out by hand:

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans of a run (gradetrail_lib.telemetry): their tree and attributes on
+"""OpenTelemetry spans of a run (gradetrail_lib.telemetry.spans): their tree and attributes on
 the SDK's in-memory exporter, the no-op when nothing is configured, a host application's
 global provider, and the OTLP/HTTP export configured by OTEL_* variables to a loopback
 collector (in subprocesses: the global provider and the exporter's state are per process)."""
@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
-from gradetrail_lib import telemetry  # noqa: E402
+from gradetrail_lib.telemetry import spans as telemetry  # noqa: E402
 from gradetrail_lib.config import ModelConfig  # noqa: E402
-from gradetrail_lib.trace import CallTotals, ModelCall, ScorerFigures  # noqa: E402
+from gradetrail_lib.results.trace import CallTotals, ModelCall, ScorerFigures  # noqa: E402
 from tests.support.traces import manifest, record  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,7 +297,7 @@ def test_missing_exporter_warns_and_exports_nothing(
     # A configuration of its own: _own_provider's cache has not seen it.
     monkeypatch.setenv("OTEL_SERVICE_NAME", "missing-exporter-test")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
-    with caplog.at_level(logging.WARNING, logger="gradetrail_lib.telemetry"):
+    with caplog.at_level(logging.WARNING, logger="gradetrail_lib.telemetry.spans"):
         spans = telemetry.start_run("capitals", MODEL, datetime.now(UTC))
     assert spans is telemetry.NO_SPANS
     assert "pip install 'gradetrail[otel]'" in caplog.text
@@ -328,7 +328,7 @@ _RUN = textwrap.dedent(
     """
     import os, sys
     from datetime import UTC, datetime
-    from gradetrail_lib import telemetry
+    from gradetrail_lib.telemetry import spans as telemetry
     from gradetrail_lib.config import ModelConfig
     from tests.support.traces import manifest, record
 
@@ -357,7 +357,7 @@ def test_a_host_applications_provider_gets_the_spans() -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from gradetrail_lib import telemetry
+        from gradetrail_lib.telemetry import spans as telemetry
         from gradetrail_lib.config import ModelConfig
         from tests.support.traces import manifest, record
 

@@ -7,7 +7,7 @@ import pytest
 
 from gradetrail_lib import load_run
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.trace import (
+from gradetrail_lib.results.trace import (
     SCHEMA_VERSION,
     ModelCall,
     RecordWriter,

@@ -16,11 +16,11 @@ import httpx
 import pytest
 
 from gradetrail_lib import cli, run_spec
+from gradetrail_lib.analysis.stats import compare, run_stats
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.report import render_report
-from gradetrail_lib.runs import load_run
-from gradetrail_lib.stats import compare, run_stats
-from gradetrail_lib.trace import RecordWriter, TraceRecord
+from gradetrail_lib.report.html import render_report
+from gradetrail_lib.results.runs import load_run
+from gradetrail_lib.results.trace import RecordWriter, TraceRecord
 from gradetrail_lib.viewer.app import check_loopback
 from gradetrail_lib.viewer.index import IndexCache, Query
 from gradetrail_lib.viewer.links import sample_href, viewer_url

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gradetrail_lib.stats import compare
+from gradetrail_lib.analysis.stats import compare
 from gradetrail_lib.viewer.links import sample_href
 from tests.support.viewer_runs import MALICIOUS, N, ViewerRuns, failing, make_runs
 from tests.support.viewer_server import Background

@@ -9,7 +9,7 @@ from gradetrail_lib.backends.transport import StreamTransport
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.caller import call_model
 from gradetrail_lib.providers.policy import AttemptGate, RetryPolicy
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.providers.request import ModelRequest
 
 Outcome = ModelResponse | ProviderError
 

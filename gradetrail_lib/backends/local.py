@@ -14,7 +14,7 @@ from gradetrail_lib.backends.base import ResultCallback
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
-from gradetrail_lib.request import Endpoint, ModelRequest
+from gradetrail_lib.providers.request import Endpoint, ModelRequest
 from gradetrail_lib.settings import DEFAULT_CONCURRENCY
 
 

@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 from gradetrail_lib.backends.base import ResultCallback
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.providers.request import ModelRequest
 
 
 class NotSent:

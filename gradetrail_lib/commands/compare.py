@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradetrail_lib.analysis.stats import check_comparable, compare
 from gradetrail_lib.commands.options import add_stats_options
 from gradetrail_lib.commands.pairing import ScorerPair, dataset_differs, pick, scorer_pairs
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.runs import distinct_labels, load_run
-from gradetrail_lib.stats import check_comparable, compare
+from gradetrail_lib.results.runs import distinct_labels, load_run
 
 if TYPE_CHECKING:
-    from gradetrail_lib.stats import PairedComparison
+    from gradetrail_lib.analysis.stats import PairedComparison
 
 EXIT_OK = 0
 
@@ -113,7 +113,7 @@ def compare_command(args: argparse.Namespace) -> int:
 
 def format_results(results: list[ScorerResult], labels: tuple[str, str]) -> str:
     """A table with a row per scorer, then each compared scorer's figures in full."""
-    from gradetrail_lib.stats.run_stats import percent
+    from gradetrail_lib.analysis.stats.run_stats import percent
 
     done = [r.comparison for r in results if r.comparison is not None]
     first = done[0]
@@ -157,7 +157,7 @@ def format_results(results: list[ScorerResult], labels: tuple[str, str]) -> str:
 
 def format_comparison(c: "PairedComparison") -> str:
     """One scorer's comparison in full."""
-    from gradetrail_lib.stats.run_stats import percent
+    from gradetrail_lib.analysis.stats.run_stats import percent
 
     level = percent(c.confidence)
     ci = c.difference.interval

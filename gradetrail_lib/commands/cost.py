@@ -4,11 +4,11 @@ import argparse
 import json
 from pathlib import Path
 
+from gradetrail_lib.analysis.cost import format_cost, reprice
 from gradetrail_lib.commands.options import add_pass_threshold
-from gradetrail_lib.cost import format_cost, reprice
 from gradetrail_lib.errors import GradetrailError, InputError
-from gradetrail_lib.pricing import DEFAULT_VERSION, load_prices
-from gradetrail_lib.runs import load_runs
+from gradetrail_lib.providers.pricing import DEFAULT_VERSION, load_prices
+from gradetrail_lib.results.runs import load_runs
 
 EXIT_OK = 0
 

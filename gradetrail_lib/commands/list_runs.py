@@ -1,4 +1,4 @@
-"""`gradetrail list [ROOT]`: the run history, newest first (`gradetrail_lib.history`).
+"""`gradetrail list [ROOT]`: the run history, newest first (`gradetrail_lib.analysis.history`).
 
 One line per completed run: finish time (UTC), spec/model, identity prefix, the primary
 scorer's pass rate with its interval and n, git SHA (`+dirty` for a dirty tree) and the
@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradetrail_lib.errors import InputError
-from gradetrail_lib.history import (
+from gradetrail_lib.analysis.history import (
     DirectoryState,
     HistoryEntry,
     history_path,
@@ -20,6 +19,7 @@ from gradetrail_lib.history import (
     read_history,
     select,
 )
+from gradetrail_lib.errors import InputError
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 

@@ -2,7 +2,11 @@
 
 import argparse
 
-from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, PROPORTION_METHODS
+from gradetrail_lib.results.defaults import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_THRESHOLD,
+    PROPORTION_METHODS,
+)
 
 
 def confidence_level(text: str) -> float:

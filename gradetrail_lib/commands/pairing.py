@@ -8,7 +8,7 @@ reported as not compared, never scored as all-failures.
 from dataclasses import dataclass
 
 from gradetrail_lib.errors import NotComparable, UsageError
-from gradetrail_lib.trace import Manifest
+from gradetrail_lib.results.trace import Manifest
 
 
 @dataclass(frozen=True)

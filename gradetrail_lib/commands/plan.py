@@ -1,17 +1,17 @@
 """`gradetrail plan SPEC [--model M] [--cache PATH]`: what a run would send and cost, per
-model, before any call (see `gradetrail_lib.cost_plan`). Sends nothing, writes nothing."""
+model, before any call (see `gradetrail_lib.engine.estimate`). Sends nothing, writes nothing."""
 
 import argparse
 import json
 import sys
 from pathlib import Path
 
-from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.cost_plan import ModelPlan, estimate_run, format_plan, total_worst_case
-from gradetrail_lib.pipeline import plan
-from gradetrail_lib.pricing import format_usd, load_prices
+from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.engine.estimate import ModelPlan, estimate_run, format_plan, total_worst_case
+from gradetrail_lib.engine.plan import plan
+from gradetrail_lib.providers.pricing import format_usd, load_prices
 from gradetrail_lib.settings import DEFAULTS, cli_settings
-from gradetrail_lib.spec import load_spec
+from gradetrail_lib.spec.spec import load_spec
 
 EXIT_OK = 0
 

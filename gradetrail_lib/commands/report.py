@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from gradetrail_lib.commands.options import add_stats_options
-from gradetrail_lib.report import write_report
+from gradetrail_lib.report.html import write_report
 
 EXIT_OK = 0
 

@@ -1,15 +1,15 @@
 """`gradetrail retrieval RUN...`: precision@k, recall@k, MRR and citation faithfulness
-per run (model), each with its n (definitions in gradetrail_lib.retrieval)."""
+per run (model), each with its n (definitions in gradetrail_lib.analysis.retrieval)."""
 
 import argparse
 import json
 import re
 from pathlib import Path
 
+from gradetrail_lib.analysis.retrieval import DEFAULT_CITATION_PATTERN, DEFAULT_K, citation_pattern
 from gradetrail_lib.commands.options import add_pass_threshold, confidence_level, positive_int
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.retrieval import DEFAULT_CITATION_PATTERN, DEFAULT_K, citation_pattern
-from gradetrail_lib.stats_defaults import DEFAULT_CONFIDENCE
+from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE
 
 EXIT_OK = 0
 
@@ -57,8 +57,8 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 
 def retrieval_command(args: argparse.Namespace) -> int:
-    from gradetrail_lib.retrieval import format_figures, retrieval_figures
-    from gradetrail_lib.runs import distinct_labels, load_runs
+    from gradetrail_lib.analysis.retrieval import format_figures, retrieval_figures
+    from gradetrail_lib.results.runs import distinct_labels, load_runs
 
     pattern = args.citation_pattern  # compiled (argparse applies `type` to the default too)
     runs = load_runs(args.runs)

@@ -13,18 +13,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache import ResponseCache
-from gradetrail_lib.clock import since_start
+from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.commands.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.cost_plan import check_max_cost, estimate_run
+from gradetrail_lib.engine.estimate import check_max_cost, estimate_run
+from gradetrail_lib.engine.plan import RunPlan, load_spec_dataset, plan
+from gradetrail_lib.engine.run import resolve_model, run_model, spec_files, split_model
 from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UnknownModel, UsageError
-from gradetrail_lib.pipeline import RunPlan, load_spec_dataset, plan
-from gradetrail_lib.pricing import load_prices
-from gradetrail_lib.run import resolve_model, run_model, spec_files, split_model
+from gradetrail_lib.providers.pricing import load_prices
 from gradetrail_lib.settings import DEFAULT_WORKERS, DEFAULTS, cli_settings
-from gradetrail_lib.spec import LoadedSpec, load_spec
-from gradetrail_lib.summary import format_summary
+from gradetrail_lib.spec.spec import LoadedSpec, load_spec
 
 EXIT_OK, EXIT_FAILED = 0, 1
 

@@ -8,7 +8,7 @@ import httpx
 
 from gradetrail_lib import __version__
 from gradetrail_lib.providers.base import ParsedBody
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.providers.request import ModelRequest
 
 USER_AGENT = f"gradetrail/{__version__}"
 

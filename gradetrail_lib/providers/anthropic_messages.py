@@ -15,7 +15,7 @@ import httpx
 
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.request import Message, ModelRequest
+from gradetrail_lib.providers.request import Message, ModelRequest
 
 ANTHROPIC_VERSION = "2023-06-01"
 

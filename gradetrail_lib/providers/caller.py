@@ -20,7 +20,7 @@ from gradetrail_lib.providers.anthropic_messages import AnthropicMessagesAdapter
 from gradetrail_lib.providers.base import FATAL_STATUSES, ModelResponse, ProviderError
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
 from gradetrail_lib.providers.policy import AttemptGate, RetryPolicy, parse_retry_after
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.providers.request import ModelRequest
 
 ADAPTERS: dict[str, Adapter] = {
     "openai": OpenAIChatAdapter(),

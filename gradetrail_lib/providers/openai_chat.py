@@ -15,7 +15,7 @@ import httpx
 
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.request import Message, ModelRequest
+from gradetrail_lib.providers.request import Message, ModelRequest
 
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "stop",

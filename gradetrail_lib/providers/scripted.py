@@ -3,7 +3,7 @@ field or a fixed text, set when the request was built). No network, usage and la
 zero: for trying scorers and judges before paying for a model, and for tests."""
 
 from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.request import ModelRequest
+from gradetrail_lib.providers.request import ModelRequest
 
 
 def answer(request: ModelRequest) -> ModelResponse:

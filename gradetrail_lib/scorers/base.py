@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gradetrail_lib.dataset import Sample
+from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.request import Message, ModelRequest
-from gradetrail_lib.trace import ScoreErrorKind, TraceRecord
+from gradetrail_lib.providers.request import Message, ModelRequest
+from gradetrail_lib.results.trace import ScoreErrorKind, TraceRecord
 
 CallOutcome = ModelResponse | ProviderError
 

@@ -5,8 +5,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from gradetrail_lib.dataset import Sample
-from gradetrail_lib.request import Message
+from gradetrail_lib.datasets.dataset import Sample
+from gradetrail_lib.providers.request import Message
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, JsonValue, field_validator, model_validator
 
-from gradetrail_lib.dataset import Sample
+from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.json_schemas import schema_problem
-from gradetrail_lib.request import Message
+from gradetrail_lib.providers.request import Message
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,
@@ -21,6 +20,7 @@ from gradetrail_lib.scorers.base import (
     field_value,
 )
 from gradetrail_lib.scorers.registry import ScorerConfig
+from gradetrail_lib.scorers.schemas import schema_problem
 
 if TYPE_CHECKING:
     import jsonschema

@@ -15,11 +15,10 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gradetrail_lib.config import ModelConfig, Params, Strict
-from gradetrail_lib.dataset import Sample
+from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.render import Template
-from gradetrail_lib.request import Message, ModelRequest, RequestBuilder
+from gradetrail_lib.providers.request import Message, ModelRequest, RequestBuilder
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,
@@ -29,6 +28,7 @@ from gradetrail_lib.scorers.base import (
     clip,
 )
 from gradetrail_lib.scorers.registry import ScorerConfig
+from gradetrail_lib.templating import Template
 
 DEFAULT_VALUES = {"C": 1.0, "P": 0.5, "I": 0.0}
 

@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from gradetrail_lib.dataset import Sample
+from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.request import Message
+from gradetrail_lib.providers.request import Message
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,

@@ -19,9 +19,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from gradetrail_lib.config import check_template
-from gradetrail_lib.dataset import Sample
-from gradetrail_lib.render import Template, make_environment
-from gradetrail_lib.request import Message
+from gradetrail_lib.datasets.dataset import Sample
+from gradetrail_lib.providers.request import Message
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,
@@ -31,6 +30,7 @@ from gradetrail_lib.scorers.base import (
     field_value,
 )
 from gradetrail_lib.scorers.registry import ScorerConfig
+from gradetrail_lib.templating import Template, make_environment
 
 RegexFlag = Literal["IGNORECASE", "MULTILINE", "DOTALL", "VERBOSE", "ASCII"]
 

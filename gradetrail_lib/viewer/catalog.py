@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from gradetrail_lib.analysis.stats import Estimate
+from gradetrail_lib.analysis.stats.intervals import proportion
+from gradetrail_lib.engine.rundir import MANIFEST_FILE, RESULTS_FILE
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.rundir import MANIFEST_FILE, RESULTS_FILE
-from gradetrail_lib.runs import Run, load_run
-from gradetrail_lib.stats import Estimate
-from gradetrail_lib.stats.intervals import proportion
+from gradetrail_lib.results.runs import Run, load_run
 from gradetrail_lib.viewer import paths
 from gradetrail_lib.viewer.index import IndexCache, RunIndex, Signature, signature
 

@@ -35,13 +35,13 @@ import numpy as np
 import numpy.typing as npt
 from pydantic_core import from_json
 
+from gradetrail_lib.analysis.stats import Estimate
+from gradetrail_lib.analysis.stats.clusters import cluster_proportion
+from gradetrail_lib.analysis.stats.intervals import proportion
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.stats import Estimate
-from gradetrail_lib.stats.clusters import cluster_proportion
-from gradetrail_lib.stats.intervals import proportion
-from gradetrail_lib.stats.sheet import ScoreSheet
-from gradetrail_lib.stats_defaults import DEFAULT_THRESHOLD
-from gradetrail_lib.trace import (
+from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.results.sheet import ScoreSheet
+from gradetrail_lib.results.trace import (
     AGENT_STOPS,
     FAILURE_MODES,
     OUTCOMES,

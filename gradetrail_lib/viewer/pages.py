@@ -20,26 +20,26 @@ from typing import Any
 import jinja2
 import numpy as np
 
+from gradetrail_lib.analysis.history import HistoryEntry, read_history
+from gradetrail_lib.analysis.stats import PairedComparison, check_comparable, compare
+from gradetrail_lib.analysis.stats.intervals import Estimate, Interval
+from gradetrail_lib.analysis.stats.run_stats import percent
+from gradetrail_lib.analysis.summary import format_cost
 from gradetrail_lib.errors import InputError, NotComparable
-from gradetrail_lib.history import HistoryEntry, read_history
-from gradetrail_lib.report import (
+from gradetrail_lib.report.html import (
     FAILURE_LABELS,
     FailedSample,
     environment,
     reproducibility_facts,
     sample_view,
 )
-from gradetrail_lib.runs import Run, distinct_labels
-from gradetrail_lib.stats import PairedComparison, check_comparable, compare
-from gradetrail_lib.stats.intervals import Estimate, Interval
-from gradetrail_lib.stats.run_stats import percent
-from gradetrail_lib.summary import format_cost
-from gradetrail_lib.trace import FAILURE_MODES, OUTCOMES, Manifest, TraceRecord
+from gradetrail_lib.report.svg import ForestRow, HistoryPoint, forest_plot, history_plot
+from gradetrail_lib.results.runs import Run, distinct_labels
+from gradetrail_lib.results.trace import FAILURE_MODES, OUTCOMES, Manifest, TraceRecord
 from gradetrail_lib.viewer import links
 from gradetrail_lib.viewer.catalog import Catalog, RunEntry, flags_of
 from gradetrail_lib.viewer.index import Query, RunIndex, sort_keys
 from gradetrail_lib.viewer.paths import NotFound
-from gradetrail_lib.viewer.svg import ForestRow, HistoryPoint, forest_plot, history_plot
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
@@ -63,7 +63,7 @@ class Page:
 def viewer_css() -> str:
     """The report's style sheet, then the viewer's own."""
     lib = resources.files("gradetrail_lib")
-    base = (lib / "templates" / "base.css").read_text(encoding="utf-8")
+    base = (lib / "report" / "templates" / "base.css").read_text(encoding="utf-8")
     own = (lib / "viewer" / "static" / "viewer.css").read_text(encoding="utf-8")
     return base + "\n" + own
 

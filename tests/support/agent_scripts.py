@@ -3,7 +3,7 @@
 A responder of :class:`tests.support.fake_llm_server.FakeLLMServer` receives the request
 body in the shape of the endpoint hit: OpenAI Chat Completions or Anthropic Messages.
 :func:`conversation` reads either back as one provider-neutral :class:`Conversation`
-(the messages as `gradetrail_lib.request` documents them, the tools offered, the last
+(the messages as `gradetrail_lib.providers.request` documents them, the tools offered, the last
 tool results), so that one responder scripts the same trajectory for both formats::
 
     responder = script(
@@ -40,7 +40,7 @@ Message = dict[str, Any]
 #: One scripted turn: a fixed reply, or a function of the conversation so far.
 Step = ResponderReply | Callable[["Conversation"], ResponderReply]
 
-# Anthropic's tool_choice types, in the neutral words (see gradetrail_lib.request).
+# Anthropic's tool_choice types, in the neutral words (see gradetrail_lib.providers.request).
 _CHOICES = {"auto": "auto", "any": "required", "none": "none", "tool": "required"}
 
 

@@ -3,7 +3,7 @@ compare, gate, report) on constructed cases a real run would take long to produc
 
 from typing import Any
 
-from gradetrail_lib.trace import (
+from gradetrail_lib.results.trace import (
     SCHEMA_VERSION,
     CallTotals,
     DatasetInfo,

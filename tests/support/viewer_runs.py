@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradetrail_lib import load_run, run_spec
-from gradetrail_lib.trace import AGENT_STOPS, TraceRecord
+from gradetrail_lib.results.trace import AGENT_STOPS, TraceRecord
 
 MALICIOUS = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='img'\">"
 N = 24

@@ -1,0 +1,162 @@
+"""Tools an agent may call: their spec entries, and running them.
+
+A tool's result comes from the sample (`tool_results: {<tool>: [{arguments, result}]}`,
+matched on the arguments) unless the tool names a Python function by `ref`
+(`tools/weather.py:weather` relative to the spec, or `package.module:function`), called
+with the arguments as keywords, sync or async; its source is hashed like a Python
+scorer's. A call that matches no scripted result, names no tool, breaks the tool's
+parameter schema or makes the function raise is a tool error: the model is shown the
+error as the tool's result, and the case remembers it.
+"""
+
+import inspect
+import json
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, JsonValue, ValidationInfo, field_validator
+
+from gradetrail_lib.config import Strict
+from gradetrail_lib.datasets.dataset import Sample
+from gradetrail_lib.hashing import canonical_json
+
+SCRIPTED_FIELD = "tool_results"
+_NO_PARAMETERS: dict[str, JsonValue] = {"type": "object", "properties": {}}
+
+
+class ToolConfig(Strict):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    description: str = ""
+    parameters: dict[str, JsonValue] = Field(default_factory=lambda: dict(_NO_PARAMETERS))
+    ref: str | None = Field(default=None, description="a Python function; default: scripted")
+
+    @field_validator("parameters")
+    @classmethod
+    def _check_parameters(cls, parameters: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        from gradetrail_lib.scorers.schemas import schema_problem
+
+        problem = schema_problem(parameters)
+        if problem is not None:
+            raise ValueError(f"not a valid Draft 2020-12 schema: {problem}")
+        if parameters.get("type") != "object":
+            raise ValueError("a tool's parameters must be a schema of type object")
+        return parameters
+
+    @field_validator("ref")
+    @classmethod
+    def _check_ref(cls, ref: str | None, info: ValidationInfo) -> str | None:
+        if ref is None:
+            return None
+        from gradetrail_lib.refs import load_function
+
+        source, _, function = ref.rpartition(":")
+        if not source or not function:
+            raise ValueError("ref must be 'file.py:function' or 'package.module:function'")
+        base_dir = (info.context or {}).get("base_dir")
+        if base_dir is not None:
+            load_function(ref, Path(base_dir), arguments=None)
+        return ref
+
+    def files(self, base_dir: Path) -> dict[str, Path]:
+        if self.ref is None:
+            return {}
+        from gradetrail_lib.refs import source_path
+
+        return {self.ref.rpartition(":")[0]: source_path(self.ref, base_dir)}
+
+    def definition(self) -> dict[str, Any]:
+        """What the model is offered (and what enters the request key)."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+@dataclass
+class ToolOutcome:
+    content: str
+    error: str | None = None
+    documents: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _as_text(result: Any) -> str:
+    return result if isinstance(result, str) else json.dumps(result, sort_keys=True)
+
+
+def _documents(result: Any) -> list[dict[str, Any]]:
+    docs = result.get("documents") if isinstance(result, dict) else None
+    if not isinstance(docs, list):
+        return []
+    return [
+        {"id": str(d["id"]), "text": str(d.get("text", ""))}
+        for d in docs
+        if isinstance(d, dict) and "id" in d
+    ]
+
+
+def _failed(message: str) -> ToolOutcome:
+    return ToolOutcome(json.dumps({"error": message}), message)
+
+
+class Toolbox:
+    """The spec's tools, ready to run for any sample."""
+
+    def __init__(self, tools: list[ToolConfig], base_dir: Path) -> None:
+        from gradetrail_lib.refs import load_function
+
+        self.tools = {t.name: t for t in tools}
+        self._functions = {
+            t.name: load_function(t.ref, base_dir, arguments=None) for t in tools if t.ref
+        }
+        self._validators: dict[str, Any] = {}
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return [t.definition() for t in self.tools.values()]
+
+    def _argument_problem(self, name: str, arguments: dict[str, Any]) -> str | None:
+        import jsonschema
+
+        validator = self._validators.get(name)
+        if validator is None:
+            validator = jsonschema.Draft202012Validator(self.tools[name].parameters)
+            self._validators[name] = validator
+        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        return None if error is None else error.message
+
+    async def call(self, name: str, arguments: dict[str, Any], sample: Sample) -> ToolOutcome:
+        if name not in self.tools:
+            return _failed(f"no tool named {name!r} (tools: {', '.join(sorted(self.tools))})")
+        if "_unparsed" in arguments:
+            return _failed(f"the arguments of {name} are not JSON: {arguments['_unparsed']!r}")
+        problem = self._argument_problem(name, arguments)
+        if problem is not None:
+            return _failed(f"{name}: arguments do not fit its parameters: {problem}")
+        function = self._functions.get(name)
+        if function is None:
+            return self._scripted(name, arguments, sample)
+        try:
+            result = function(**arguments)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:  # the tool's failure is the model's observation
+            return _failed(f"{name} raised {type(exc).__name__}: {exc}")
+        return ToolOutcome(_as_text(result), None, _documents(result))
+
+    def _scripted(self, name: str, arguments: dict[str, Any], sample: Sample) -> ToolOutcome:
+        scripted = sample.fields.get(SCRIPTED_FIELD) or {}
+        wanted = canonical_json(arguments)
+        for entry in scripted.get(name, []) if isinstance(scripted, dict) else []:
+            if isinstance(entry, dict) and canonical_json(entry.get("arguments", {})) == wanted:
+                result = entry.get("result")
+                return ToolOutcome(_as_text(result), None, _documents(result))
+        return _failed(f"no scripted result for {name}({wanted})")
+
+
+async def call_all(
+    toolbox: Toolbox, calls: list[dict[str, Any]], sample: Sample
+) -> list[ToolOutcome]:
+    """A step's tool calls, run in their order (a later call may depend on an earlier)."""
+    outcomes = []
+    for call in calls:
+        pending: Awaitable[ToolOutcome] = toolbox.call(call["name"], call["arguments"], sample)
+        outcomes.append(await pending)
+    return outcomes

@@ -1,0 +1,1 @@
+"""Analysis of runs: statistics, summaries, history, comparison, cost, retrieval."""

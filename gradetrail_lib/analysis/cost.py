@@ -1,0 +1,215 @@
+"""Repricing result sets from the versioned pricing data.
+
+Every answered call is priced at the chosen pricing version, including cache hits
+(their tokens were paid for once; this is what the eval costs to reproduce). A model
+without a price, or a call without token counts, makes the total unknown rather than
+a partial sum that would understate it; both are listed so the reader sees why.
+Calls that failed at the provider have no usage and are not billed. A judge's calls are
+a line of their own (role `judge`), apart from the model under test.
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradetrail_lib.providers.pricing import PriceList, format_usd
+from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.results.trace import Manifest, Role, TraceRecord
+
+
+@dataclass
+class ModelCost:
+    provider: str
+    model: str
+    role: Role = "target"
+    samples: int = 0
+    calls: int = 0  # answered calls
+    cache_hits: int = 0  # answered calls served from the cache (priced all the same)
+    scored: int = 0
+    passed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    missing_usage: int = 0  # answered calls without token counts
+    priced: bool = True
+    known_usd: float = 0.0
+    # Of known_usd: what answers served from the cache had cost when first paid for.
+    reused_usd: float = 0.0
+
+    @property
+    def name(self) -> str:
+        suffix = " (judge)" if self.role == "judge" else ""
+        return f"{self.provider}/{self.model}{suffix}"
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.known_usd if self.priced and not self.missing_usage else None
+
+    @property
+    def paid_usd(self) -> float | None:
+        """What the runs' own calls cost (cache hits were paid for by an earlier run)."""
+        cost = self.cost_usd
+        return None if cost is None else cost - self.reused_usd
+
+    @property
+    def reused_usd_or_none(self) -> float | None:
+        return None if self.cost_usd is None else self.reused_usd
+
+    def per(self, count: int) -> float | None:
+        cost = self.cost_usd
+        return cost / count if cost is not None and count else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "role": self.role,
+            "samples": self.samples,
+            "calls": self.calls,
+            "cache_hits": self.cache_hits,
+            "scored": self.scored,
+            "passed": self.passed,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "missing_usage": self.missing_usage,
+            "priced": self.priced,
+            "cost_usd": self.cost_usd,
+            "paid_usd": self.paid_usd,
+            "reused_from_cache_usd": self.reused_usd_or_none,
+            "cost_per_scored_usd": self.per(self.scored),
+            "cost_per_passed_usd": self.per(self.passed),
+        }
+
+
+@dataclass
+class CostReport:
+    pricing_version: str
+    effective_date: str
+    models: list[ModelCost] = field(default_factory=list)
+
+    @property
+    def total_usd(self) -> float | None:
+        return _total(self.models)
+
+    def total_of(self, role: Role) -> float | None:
+        """The total of the models under test (`target`) or of the judges (`judge`)."""
+        return _total([m for m in self.models if m.role == role])
+
+    @property
+    def unknown_prices(self) -> list[str]:
+        return [m.name for m in self.models if not m.priced]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pricing_version": self.pricing_version,
+            "effective_date": self.effective_date,
+            "models": [m.to_json() for m in self.models],
+            "total_usd": self.total_usd,
+            "total_by_role_usd": {role: self.total_of(role) for role in ("target", "judge")},
+            "unknown_prices": self.unknown_prices,
+        }
+
+
+def _total(models: Sequence[ModelCost]) -> float | None:
+    costs = [m.cost_usd for m in models]
+    return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+
+
+def reprice(
+    runs: Sequence[tuple[Manifest, Iterable[TraceRecord]]],
+    prices: PriceList,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> CostReport:
+    """Cost per (provider, model, role) over (manifest, records) pairs. Pricing is by the
+    requested model, as at run time: a provider's dated alias bills as its name. Scored
+    and passed counts are the primary scorer's."""
+    report = CostReport(prices.version, prices.effective_date)
+    by_model: dict[tuple[str, str, str], ModelCost] = {}
+
+    def entry(provider: str, name: str, role: Role) -> ModelCost:
+        found = by_model.get((provider, name, role))
+        if found is None:
+            found = by_model[(provider, name, role)] = ModelCost(provider, name, role)
+            found.priced = provider == "scripted" or prices.price(provider, name) is not None
+        return found
+
+    for manifest, records in runs:
+        target = entry(manifest.model.provider, manifest.model.requested, "target")
+        primary = manifest.primary_scorer
+        for record in records:
+            target.samples += 1
+            target.scored += record.scored(primary)
+            target.passed += record.passes(primary, threshold)
+            # A judge model counts a sample once, however many calls it made for it.
+            judged: set[tuple[str, str]] = set()
+            for call in record.calls:
+                if call.role == "target":
+                    billed = target
+                else:
+                    billed = entry(call.provider, call.model, call.role)
+                    if (call.provider, call.model) not in judged:
+                        judged.add((call.provider, call.model))
+                        billed.samples += 1
+                if call.error is not None:
+                    continue
+                billed.calls += 1
+                billed.cache_hits += call.cache_hit
+                billed.input_tokens += call.input_tokens or 0
+                billed.output_tokens += call.output_tokens or 0
+                cost = prices.cost(call.provider, call.model, call.input_tokens, call.output_tokens)
+                if cost is not None:
+                    billed.known_usd += cost
+                    if call.cache_hit:
+                        billed.reused_usd += cost
+                elif call.input_tokens is None or call.output_tokens is None:
+                    billed.missing_usage += 1
+    report.models = sorted(by_model.values(), key=lambda m: (m.role != "target", m.name))
+    return report
+
+
+def format_cost(report: CostReport) -> str:
+    usd = format_usd
+    lines = [
+        f"Pricing {report.pricing_version} (effective {report.effective_date}); "
+        "every answered call priced, cache hits included",
+        f"{'model':<40} {'calls':>6} {'cached':>6} {'tokens in':>10} {'tokens out':>10} "
+        f"{'cost':>12} {'per scored':>12} {'per passed':>12}",
+    ]
+    for m in report.models:
+        # A judge scores no sample of its own: its cost per sample is the target's concern.
+        per_scored = usd(m.per(m.scored)) if m.role == "target" else "-"
+        per_passed = usd(m.per(m.passed)) if m.role == "target" else "-"
+        lines.append(
+            f"{m.name:<40} {m.calls:>6} {m.cache_hits:>6} {m.input_tokens:>10} "
+            f"{m.output_tokens:>10} {usd(m.cost_usd):>12} {per_scored:>12} {per_passed:>12}"
+        )
+    total = f"Total: {usd(report.total_usd)}"
+    if any(m.role == "judge" for m in report.models):
+        total += (
+            f" (models under test {usd(report.total_of('target'))}; "
+            f"judges {usd(report.total_of('judge'))})"
+        )
+    lines.append(total)
+    for m in report.models:
+        lines.append(
+            f"  {m.name}: {usd(m.paid_usd)} paid by these runs; "
+            f"{usd(m.reused_usd_or_none)} reused from cache"
+        )
+    for m in report.models:
+        if m.role == "target":
+            lines.append(f"  {m.name}: {m.scored} scored, {m.passed} passed of {m.samples} samples")
+        else:
+            lines.append(
+                f"  {m.name}: {m.calls} judge calls ({m.cache_hits} from the cache) "
+                f"for {m.samples} samples"
+            )
+    if report.unknown_prices:
+        lines.append(
+            f"Unknown price in pricing {report.pricing_version}: "
+            + ", ".join(report.unknown_prices)
+            + " (cost reported as unknown, not $0)"
+        )
+    for m in report.models:
+        if m.missing_usage:
+            lines.append(f"{m.name}: {m.missing_usage} calls without token counts (cost unknown)")
+    return "\n".join(lines)

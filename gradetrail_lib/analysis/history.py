@@ -1,0 +1,316 @@
+"""The run history: `<results root>/.history.jsonl`, one `HistoryEntry` per completed run.
+
+A run directory is replaced whole when its identity runs again, so the directories say
+what the latest run of each identity was; the history keeps every run: spec, model,
+identity, directory name, timestamps, git state, the primary scorer's pass rate with its
+interval and n, and a fingerprint of the scored records (`identity.records_fingerprint`:
+ids, repeats, request keys, scores and outcomes), which says whether two runs' results
+differ. `gradetrail list` prints it; `gradetrail gate --baseline previous` picks a
+baseline from it.
+
+The file is append-only, an entry appended once its run directory is in place. Each
+entry is one `write` of one line to a descriptor opened with O_APPEND, under an exclusive
+`flock` (readers take a shared one), so two processes finishing together never
+interleave half lines. The name starts with a dot, as every non-run entry under the
+root does (a shell's `results/*` lists run directories only).
+"""
+
+import fcntl
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from gradetrail_lib.engine.rundir import MANIFEST_FILE
+from gradetrail_lib.errors import InputError, UsageError
+from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from gradetrail_lib.results.totals import Totalled, totals_of
+from gradetrail_lib.results.trace import Manifest, parse_manifest
+
+HISTORY_FILE = ".history.jsonl"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PassRate(_Strict):
+    """The primary scorer's pass rate (score >= threshold; unscored samples fail) with
+    its interval; `cases` when the interval resamples cases (repeats)."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+    passed: int
+    cases: int | None = None
+    confidence: float
+    method: str
+    threshold: float
+
+    def describe(self, digits: int = 3) -> str:
+        """`0.750 (95% CI 0.470-0.911, n=12)`."""
+        cases = f", {self.cases} cases" if self.cases is not None else ""
+        if self.value is None or self.low is None or self.high is None:
+            return f"n/a (n={self.n}{cases})"
+        return (
+            f"{self.value:.{digits}f} ({self.confidence * 100:g}% CI "
+            f"{self.low:.{digits}f}-{self.high:.{digits}f}, n={self.n}{cases})"
+        )
+
+
+class HistoryEntry(_Strict):
+    """One completed run, as it was when it completed."""
+
+    version: Literal[1] = 1  # of the entry's format
+    spec: str
+    model: str
+    provider: str
+    identity: str
+    # The run directory's name under the results root (a later run of the same identity
+    # replaces the directory: `current` says whether it still holds this run).
+    run_dir: str
+    started_at: str
+    finished_at: str
+    git_sha: str | None
+    git_dirty: bool | None
+    primary_scorer: str
+    pass_rate: PassRate
+    mean_score: float | None
+    samples: int
+    cost_usd: float | None
+    fingerprint: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec}/{self.model}"
+
+    @property
+    def finished(self) -> datetime:
+        return _instant(self.finished_at)
+
+
+def _instant(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def history_path(results_root: Path) -> Path:
+    return results_root / HISTORY_FILE
+
+
+def pass_rate_of(
+    records: Totalled,
+    manifest: Manifest,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> PassRate:
+    """The primary scorer's pass rate as the run summary prints it (Wilson; resampling
+    cases when a case has several records)."""
+    # Here: the stats package is not needed to read the history.
+    from gradetrail_lib.analysis.stats.clusters import cluster_proportion
+    from gradetrail_lib.analysis.stats.intervals import proportion
+
+    scorer = manifest.primary_scorer
+    figures = manifest.scores.get(scorer)
+    if manifest.repeats == 1 and figures is not None and threshold == DEFAULT_THRESHOLD:
+        # The manifest's counts (passed at the default threshold over every record).
+        estimate = proportion(figures.passed, figures.n, confidence)
+    else:
+        cases = totals_of(records, [scorer]).case_passes(scorer, threshold)
+        estimate = cluster_proportion(cases, confidence)
+    interval = estimate.interval
+    return PassRate(
+        value=estimate.value,
+        low=interval.low if interval else None,
+        high=interval.high if interval else None,
+        n=estimate.n,
+        passed=estimate.successes or 0,
+        cases=estimate.clusters,
+        confidence=confidence,
+        method=interval.method if interval else "wilson",
+        threshold=threshold,
+    )
+
+
+def entry_for(
+    manifest: Manifest, records: Totalled, run_dir: Path, fingerprint: str
+) -> HistoryEntry:
+    """`fingerprint` is `identity.records_fingerprint` of the run's records."""
+    primary = manifest.primary_scorer
+    figures = manifest.scores.get(primary)
+    return HistoryEntry(
+        spec=manifest.spec.name,
+        model=manifest.model.requested,
+        provider=manifest.model.provider,
+        identity=manifest.identity,
+        run_dir=run_dir.name,
+        started_at=manifest.started_at,
+        finished_at=manifest.finished_at,
+        git_sha=manifest.git.sha,
+        git_dirty=manifest.git.dirty,
+        primary_scorer=primary,
+        pass_rate=pass_rate_of(records, manifest),
+        mean_score=figures.mean if figures else None,
+        samples=manifest.samples,
+        cost_usd=manifest.target.cost_usd,
+        fingerprint=fingerprint,
+    )
+
+
+def append_entry(results_root: Path, entry: HistoryEntry) -> None:
+    """Appends one line: one write under an exclusive lock (see the module docstring)."""
+    line = (entry.model_dump_json() + "\n").encode("utf-8")
+    results_root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(history_path(results_root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        start = os.fstat(fd).st_size  # under the lock: where this line begins
+        try:
+            written = os.write(fd, line)
+            while written < len(line):  # a short write (a full disk, a signal): finish it
+                written += os.write(fd, line[written:])
+        except OSError:
+            # A full disk took part of the line (Linux writes what fits in the file's last
+            # page): cut it off, or every later entry would follow half a line and the
+            # history would no longer parse.
+            os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def record_run(
+    results_root: Path, manifest: Manifest, records: Totalled, run_dir: Path, fingerprint: str
+) -> HistoryEntry:
+    """Adds a completed run (its directory already in place) to the history."""
+    entry = entry_for(manifest, records, run_dir, fingerprint)
+    append_entry(results_root, entry)
+    return entry
+
+
+def read_history(results_root: Path) -> list[HistoryEntry]:
+    """Every entry, in the order appended (none when there is no history yet); a bad line
+    is an InputError naming path and line."""
+    path = history_path(results_root)
+    try:
+        with open(path, "rb") as lines:
+            fcntl.flock(lines.fileno(), fcntl.LOCK_SH)
+            data = lines.read()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(HistoryEntry.model_validate_json(line))
+        except ValidationError as exc:
+            errors = exc.errors()
+            first = errors[0]
+            field = ".".join(str(p) for p in first["loc"]) or None
+            kind = first["type"]
+            message = {"extra_forbidden": "unknown field", "missing": "missing"}.get(
+                kind, first["msg"]
+            )
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise InputError(str(path), number, field, message + more) from None
+    return entries
+
+
+def newest_first(entries: Iterable[HistoryEntry]) -> list[HistoryEntry]:
+    """By finish time, newest first; entries that finished together in reverse file order."""
+    indexed = list(enumerate(entries))
+    indexed.sort(key=lambda pair: (pair[1].finished, pair[0]), reverse=True)
+    return [entry for _, entry in indexed]
+
+
+def select(
+    entries: Iterable[HistoryEntry], *, spec: str | None = None, model: str | None = None
+) -> list[HistoryEntry]:
+    return [
+        e
+        for e in entries
+        if (spec is None or e.spec == spec) and (model is None or e.model == model)
+    ]
+
+
+@dataclass
+class DirectoryState:
+    """Whether an entry's run directory still holds that run (caches each directory's
+    manifest)."""
+
+    results_root: Path
+
+    def __post_init__(self) -> None:
+        self._finished: dict[str, str | None] = {}
+
+    def finished_at(self, run_dir: str) -> str | None:
+        """The finish time of the run now in `run_dir`, None if there is none."""
+        if run_dir not in self._finished:
+            manifest_path = self.results_root / run_dir / MANIFEST_FILE
+            try:
+                text = manifest_path.read_text(encoding="utf-8")
+                self._finished[run_dir] = parse_manifest(text, manifest_path).finished_at
+            except (OSError, UnicodeDecodeError, InputError):
+                self._finished[run_dir] = None
+        return self._finished[run_dir]
+
+    def why_not_current(self, entry: HistoryEntry) -> str | None:
+        """None when the directory holds the entry's run, else why not."""
+        now = self.finished_at(entry.run_dir)
+        if now is None:
+            return "its directory is gone"
+        if now != entry.finished_at:
+            return f"its directory now holds a later run of that identity (finished {now})"
+        return None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The run `--baseline previous` picked, and the earlier runs it passed over (why)."""
+
+    entry: HistoryEntry
+    path: Path
+    skipped: list[str]
+
+
+def previous_run(results_root: Path, candidate: Manifest, fingerprint: str) -> Baseline:
+    """The most recent run of the candidate's spec and model that finished before it and
+    whose results differ from its (`fingerprint`), its directory still holding it. A
+    UsageError (exit 2) when there is none."""
+    finished = _instant(candidate.finished_at)
+    history = read_history(results_root)
+    earlier = [
+        e
+        for e in select(history, spec=candidate.spec.name, model=candidate.model.requested)
+        if e.finished < finished
+    ]
+    state = DirectoryState(results_root)
+    skipped: list[str] = []
+    for entry in newest_first(earlier):
+        run = f"{entry.run_dir} (finished {entry.finished_at})"
+        if entry.fingerprint == fingerprint:
+            skipped.append(f"{run}: its results are identical to the candidate's")
+            continue
+        reason = state.why_not_current(entry)
+        if reason is not None:
+            skipped.append(f"{run}: {reason}")
+            continue
+        return Baseline(entry, results_root / entry.run_dir, skipped)
+    label = f"{candidate.spec.name}/{candidate.model.requested}"
+    where = history_path(results_root)
+    if not history:
+        detail = f"{where} records no run (is the candidate under its results root?)"
+    elif not earlier:
+        detail = f"{where} records no run of {label} before this one"
+    else:
+        runs = f"{len(earlier)} earlier run{'s' if len(earlier) != 1 else ''}"
+        detail = f"{where} records {runs} of {label}, each passed over: " + "; ".join(skipped)
+    raise UsageError(
+        f"--baseline previous: no earlier run of {label} whose results differ: {detail}"
+    )

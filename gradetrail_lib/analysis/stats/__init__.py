@@ -1,0 +1,72 @@
+"""Statistics you can defend: intervals with their n, paired comparison, the CI gate,
+pass@k and pass^k over repeats (intervals clustered by case).
+
+Pure functions from trace records and manifests (`trace`) to dataclasses, one scorer
+at a time; the CLI and the Dagster assets both call these.
+"""
+
+from gradetrail_lib.analysis.stats.gate import GateDecision, gate
+from gradetrail_lib.analysis.stats.intervals import (
+    BootstrapSettings,
+    Estimate,
+    Interval,
+    mean_estimate,
+    mean_interval,
+    proportion,
+    proportion_interval,
+)
+from gradetrail_lib.analysis.stats.paired import (
+    PairedComparison,
+    Verdict,
+    check_comparable,
+    compare,
+    mcnemar_exact,
+    pair_up,
+)
+from gradetrail_lib.analysis.stats.repeats import (
+    AtK,
+    RepeatStats,
+    pass_at_k,
+    pass_hat_k,
+    repeat_stats,
+)
+from gradetrail_lib.analysis.stats.run_stats import Latency, RunStats, describe, run_stats
+from gradetrail_lib.results.defaults import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_GATE_THRESHOLD,
+    DEFAULT_THRESHOLD,
+    PROPORTION_METHODS,
+    ProportionMethod,
+)
+
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "DEFAULT_GATE_THRESHOLD",
+    "DEFAULT_THRESHOLD",
+    "PROPORTION_METHODS",
+    "AtK",
+    "BootstrapSettings",
+    "Estimate",
+    "GateDecision",
+    "Interval",
+    "Latency",
+    "PairedComparison",
+    "ProportionMethod",
+    "RepeatStats",
+    "RunStats",
+    "Verdict",
+    "check_comparable",
+    "compare",
+    "describe",
+    "gate",
+    "mcnemar_exact",
+    "mean_estimate",
+    "mean_interval",
+    "pair_up",
+    "pass_at_k",
+    "pass_hat_k",
+    "proportion",
+    "proportion_interval",
+    "repeat_stats",
+    "run_stats",
+]

@@ -1,0 +1,123 @@
+"""Run totals from the trace records: counts per outcome, each scorer's figures, and the
+calls of the target and of the judges apart (tokens, cost paid and reused, cache hits)."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gradetrail_lib.analysis.stats.repeats import (
+    case_outcomes,
+    describe_at_k,
+    max_trials,
+    pass_at_k_points,
+    repeat_stats,
+)
+from gradetrail_lib.analysis.stats.run_stats import describe, scorer_estimates
+from gradetrail_lib.providers.pricing import format_usd
+from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.results.totals import RunTotals, Totalled, totals_of
+from gradetrail_lib.results.trace import CallTotals, ScorerFigures
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    samples: int
+    outcomes: dict[str, int]
+    failure_modes: dict[str, int]
+    # Per scorer, in spec order; the first is the primary one.
+    scorers: dict[str, ScorerFigures]
+    target: CallTotals
+    judge: CallTotals
+
+    @property
+    def primary(self) -> str:
+        return next(iter(self.scorers))
+
+    @property
+    def any_scored(self) -> bool:
+        return any(f.scored for f in self.scorers.values())
+
+    @property
+    def cache_hits(self) -> int:
+        return self.target.cache_hits
+
+
+def scorer_figures(
+    totals: RunTotals, name: str, kind: str, threshold: float = DEFAULT_THRESHOLD
+) -> ScorerFigures:
+    scores = totals.scores(name)
+    pass_at, pass_hat = pass_at_k_points(totals, name, threshold)
+    return ScorerFigures(
+        type=kind,
+        n=totals.samples,
+        scored=len(scores),
+        errors=totals.errors[name],
+        mean=sum(scores) / len(scores) if scores else None,
+        passed=totals.passed(name, threshold),
+        pass_at_k=pass_at,
+        pass_hat_k=pass_hat,
+    )
+
+
+def summarize(records: Totalled, scorers: Sequence[tuple[str, str]]) -> RunSummary:
+    """`scorers` are (name, type) pairs in spec order."""
+    totals = totals_of(records, [name for name, _ in scorers])
+    return RunSummary(
+        samples=totals.samples,
+        outcomes=totals.outcome_counts(),
+        failure_modes=totals.failure_mode_counts(),
+        scorers={name: scorer_figures(totals, name, kind) for name, kind in scorers},
+        target=totals.target.totals(),
+        judge=totals.judge.totals(),
+    )
+
+
+def format_cost(totals: CallTotals) -> str:
+    """`$0.0000 paid; $0.98 reused from cache` (step by step: what this run paid apart)."""
+    reused = totals.reused_usd
+    if reused is None:
+        return "unknown (a price is missing from the price list)"
+    return f"{format_usd(totals.cost_paid_usd)} paid; {format_usd(reused)} reused from cache"
+
+
+def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str:
+    """What `gradetrail run` prints: every scorer's mean and pass rate with interval and n;
+    with repeats, then each scorer's pass@1, pass@n and pass^n over cases."""
+    counts = ", ".join(f"{k}={v}" for k, v in summary.outcomes.items())
+    lines = [f"Samples: {summary.samples} ({counts})"]
+    totals = totals_of(records, list(summary.scorers))
+    cases = case_outcomes(totals, summary.primary) if totals.clustered() else []
+    trials = max_trials(cases)
+    if trials > 1:
+        lines.append(
+            f"Repeats: {trials} per case, {len(cases)} cases; intervals resample cases. "
+            "pass@k: the chance one of k repeats passes (Chen et al. 2021's unbiased "
+            "estimator); pass^k: that all k pass"
+        )
+    for index, (name, figures) in enumerate(summary.scorers.items()):
+        stats = scorer_estimates(totals, name, threshold=DEFAULT_THRESHOLD)
+        primary = " (primary)" if index == 0 else ""
+        unscored = f"; {stats.unscored} unscored count as failures" if stats.unscored else ""
+        lines.append(
+            f"Scorer {name} [{figures.type}]{primary}: mean {describe(stats.mean_score)}; "
+            f"pass rate (score >= {DEFAULT_THRESHOLD:g}) {describe(stats.pass_rate)}{unscored}"
+        )
+        if trials > 1:
+            ks = (1, trials)
+            at_k = repeat_stats(totals, name, ks=ks, threshold=DEFAULT_THRESHOLD)
+            lines.append(f"  {describe_at_k(at_k, ks)}")
+    target, judge = summary.target, summary.judge
+    # Per model call: one a sample, or one each step of an agent's case.
+    target_calls = totals.target_calls
+    lines += [
+        f"Tokens: {target.input_tokens} in / {target.output_tokens} out",
+        f"Cost: {format_cost(target)}",
+        f"Cache hits: {target.cache_hits}/{target_calls}",
+    ]
+    if judge.calls or judge.cache_hits or judge.errors:
+        lines.append(
+            f"Judge: {judge.calls} calls, {judge.cache_hits} cache hits, {judge.errors} errors; "
+            f"tokens {judge.input_tokens} in / {judge.output_tokens} out; "
+            f"cost {format_cost(judge)}"
+        )
+    lines.append(f"Wall time: {wall_s:.2f}s")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The response cache: answers stored by request key, so nothing is paid for twice."""

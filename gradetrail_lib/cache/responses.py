@@ -1,0 +1,273 @@
+"""The response cache: one DuckDB file, keyed by request key, successful responses only.
+
+DuckDB lets one process at a time open a file, and a second process cannot even read it
+meanwhile. So no connection outlives one short transaction (`duckdb_file`): lookups and
+writes open, work and close, retrying while another process holds the lock.
+
+The table is an append-only log without a key constraint: a lookup takes the earliest
+row of each key. A PRIMARY KEY index made the file ~6x larger and every write
+transaction cost ~10 ms of CPU instead of ~6, growing with the file; two rows of one key
+only arise when two processes pay for the same request at once (both are kept).
+
+Responses are written by a background thread. A write transaction costs ~6 ms of CPU
+whatever its size, so the writer waits for a pause in arrivals (`QUIET_S`) and puts
+everything that arrived in one transaction, but never holds a response longer than
+`MAX_DELAY_S`: a killed run loses what was in flight and at most that much of what had
+arrived. (Writing each burst piecemeal took as much CPU as sending it, on a 2-core
+machine, while the requests of the next round waited.)
+"""
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from gradetrail_lib.cache.duckdb_file import open_connection
+from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
+from gradetrail_lib.errors import GradetrailError
+from gradetrail_lib.providers.base import ModelResponse
+from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.settings import Settings
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS {table} (
+    key VARCHAR NOT NULL,
+    provider VARCHAR NOT NULL,
+    model VARCHAR NOT NULL,
+    served_model VARCHAR,
+    text VARCHAR NOT NULL,
+    stop_reason VARCHAR NOT NULL,
+    input_tokens BIGINT,
+    output_tokens BIGINT,
+    latency_s DOUBLE NOT NULL,
+    attempts INTEGER NOT NULL,
+    raw VARCHAR NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp,
+    tool_calls VARCHAR
+)
+"""
+
+# Files from before tool use have no tool_calls column (NULL: no tool call).
+_ADD_TOOL_CALLS = "ALTER TABLE responses ADD COLUMN IF NOT EXISTS tool_calls VARCHAR"
+
+_COLUMNS: list[Column] = [
+    ("key", "VARCHAR"), ("provider", "VARCHAR"), ("model", "VARCHAR"),
+    ("served_model", "VARCHAR"), ("text", "VARCHAR"), ("stop_reason", "VARCHAR"),
+    ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("latency_s", "DOUBLE"),
+    ("attempts", "INTEGER"), ("raw", "VARCHAR"), ("tool_calls", "VARCHAR"),
+]  # fmt: skip
+
+
+# Files written before the log format keyed the table with a PRIMARY KEY constraint.
+# (pragma_table_info answers in ~1 ms; duckdb_constraints() took ~10 ms in a new process.)
+_HAS_KEY_CONSTRAINT = "SELECT bool_or(pk) FROM pragma_table_info('responses')"
+
+# The keys a lookup asks for, as a table: they are bound as one comma-separated string
+# (request keys are hex), which DuckDB splits ~2x faster than it takes a list of Python
+# strings; a join on it is a plain hash join, cheaper than `IN (subquery)`'s mark join.
+_KEYS_TABLE = "SELECT DISTINCT unnest(string_split($keys, ',')) AS key"
+
+
+def _key_list(keys: Sequence[str]) -> str:
+    joined = ",".join(keys)
+    if joined.count(",") != len(keys) - 1:  # not request keys: refused, not mis-split
+        raise ValueError("a request key holds no comma")
+    return joined
+
+
+def _response_of(row: tuple[Any, ...]) -> ModelResponse:
+    """A lookup's row as a response. Positional: a cached run makes one per sample, and
+    keywords cost a third more."""
+    _key, text, served, stop, tokens_in, tokens_out, latency, attempts, tool_calls = row
+    calls = json.loads(tool_calls) if tool_calls is not None else []
+    return ModelResponse(text, served, stop, tokens_in, tokens_out, latency, attempts, {}, calls)
+
+
+QUIET_S = 0.005
+MAX_DELAY_S = 0.1
+
+
+def default_cache_path() -> Path:
+    """The one DuckDB file of the project: response cache (and, under Dagster, the tables).
+
+    GRADETRAIL_CACHE overrides it (`gradetrail_lib.settings`); the default is relative to
+    the working directory.
+    """
+    return Settings.from_environment(only=("database",)).database
+
+
+class ResponseCache:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open_connection(path) as connection:
+            connection.execute(SCHEMA.format(table="responses"))
+            _drop_key_constraint(connection)
+            connection.execute(_ADD_TOOL_CALLS)
+
+    def cached_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of `keys` the cache answers (without reading the answers)."""
+        if not keys:
+            return set()
+        with open_connection(self.path, read_only=True) as connection:
+            rows = connection.execute(
+                f"SELECT DISTINCT r.key FROM responses r JOIN ({_KEYS_TABLE}) wanted"
+                " ON r.key = wanted.key",
+                {"keys": _key_list(keys)},
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    def lookup(self, keys: Sequence[str]) -> dict[str, ModelResponse]:
+        """Cached responses by key. The raw provider body stays in the file (for audit) and
+        is not loaded: nothing downstream reads it, and parsing it dominates a warm run."""
+        if not keys:
+            return {}
+        with open_connection(self.path, read_only=True) as connection:
+            # Newest first, so that of two rows of one key the earliest is assigned last.
+            rows = connection.execute(
+                "SELECT r.key, r.text, r.served_model, r.stop_reason, r.input_tokens,"
+                " r.output_tokens, r.latency_s, r.attempts, r.tool_calls FROM responses r"
+                f" JOIN ({_KEYS_TABLE}) wanted ON r.key = wanted.key"
+                " ORDER BY r.created_at DESC",
+                {"keys": _key_list(keys)},
+            ).fetchall()
+        return {row[0]: _response_of(row) for row in rows}
+
+    def put_many(self, items: Sequence[tuple[ModelRequest, ModelResponse]]) -> None:
+        if not items:
+            return
+        rows: list[list[Any]] = [
+            [
+                request.key,
+                request.endpoint.provider,
+                request.endpoint.model,
+                response.served_model,
+                response.text,
+                response.stop_reason,
+                response.input_tokens,
+                response.output_tokens,
+                response.latency_s,
+                response.attempts,
+                json.dumps(response.raw, ensure_ascii=False),
+                json.dumps(response.tool_calls, ensure_ascii=False)
+                if response.tool_calls
+                else None,
+            ]
+            for request, response in items
+        ]
+        with open_connection(self.path) as connection:
+            insert_rows(connection, "responses", _COLUMNS, rows)
+
+    def count(self) -> int:
+        """Distinct request keys cached."""
+        with open_connection(self.path, read_only=True) as connection:
+            row = connection.execute("SELECT count(DISTINCT key) FROM responses").fetchone()
+        return int(row[0]) if row else 0
+
+    @contextmanager
+    def writer(self) -> Iterator["CacheWriter"]:
+        writer = CacheWriter(self)
+        try:
+            yield writer
+        finally:
+            writer.close()
+
+
+_STOP = object()
+
+
+class CacheWriter:
+    """Writes responses from a background thread, one transaction per burst of arrivals."""
+
+    def __init__(
+        self, cache: ResponseCache, quiet_s: float = QUIET_S, max_delay_s: float = MAX_DELAY_S
+    ) -> None:
+        self._cache = cache
+        self._quiet_s = quiet_s
+        self._max_delay_s = max_delay_s
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._finished = False
+        self._finishing = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cache-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, request: ModelRequest, response: ModelResponse) -> None:
+        if self._error is not None:
+            raise GradetrailError(f"cache writer failed: {self._error}")
+        self._queue.put((request, response))
+
+    def _loop(self) -> None:
+        stopping = False
+        while not stopping:
+            batch, stopping = self._next_batch()
+            if batch and self._error is None:
+                try:
+                    self._cache.put_many(batch)
+                except BaseException as exc:  # reported by close(); the thread must not die
+                    self._error = exc
+
+    def _next_batch(self) -> tuple[list[Any], bool]:
+        """What arrives until a pause of `quiet_s`, at most `max_delay_s` after the first;
+        and whether finish() was called (which ends the wait at once).
+
+        The writer sleeps through a burst and then takes what came, rather than waiting
+        on the queue item by item: a wake-up per response made the sending thread hand
+        over the GIL once per response, on the critical path of every request."""
+        first = self._queue.get()
+        deadline = time.monotonic() + self._max_delay_s
+        batch = [first]
+        while batch[-1] is not _STOP:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return batch, False
+            self._finishing.wait(min(self._quiet_s, left))
+            arrived = self._drain()
+            if not arrived:
+                return batch, False
+            batch.extend(arrived)
+        return [item for item in batch if item is not _STOP], True
+
+    def _drain(self) -> list[Any]:
+        items = []
+        with suppress(queue.Empty):
+            while True:
+                items.append(self._queue.get_nowait())
+        return items
+
+    def finish(self) -> None:
+        """No more responses will come: write what is queued without waiting for a pause."""
+        if not self._finished:
+            self._finished = True
+            self._queue.put(_STOP)
+            self._finishing.set()
+
+    def close(self) -> None:
+        self.finish()
+        self._thread.join()
+        if self._error is not None:
+            raise GradetrailError(f"cache writer failed: {self._error}") from self._error
+
+
+def _drop_key_constraint(connection: Any) -> None:
+    """Rewrites a table of the keyed format as the log: the rows stay, the index goes.
+    DuckDB cannot drop a PRIMARY KEY in place, so the table is copied, in one transaction."""
+    row = connection.execute(_HAS_KEY_CONSTRAINT).fetchone()
+    if not row or not row[0]:
+        return
+    connection.execute("BEGIN TRANSACTION")
+    try:
+        connection.execute(SCHEMA.format(table="responses_log"))
+        # The keyed format predates tool calls: its columns, by name.
+        columns = ", ".join([name for name, _ in _COLUMNS if name != "tool_calls"] + ["created_at"])
+        connection.execute(f"INSERT INTO responses_log ({columns}) SELECT {columns} FROM responses")
+        connection.execute("DROP TABLE responses")
+        connection.execute("ALTER TABLE responses_log RENAME TO responses")
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise

@@ -1,0 +1,1 @@
+"""The engine: plan -> responses -> scorer calls -> records -> run directory."""

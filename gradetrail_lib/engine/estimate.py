@@ -1,0 +1,368 @@
+"""What a run will cost, worked out before any call (`gradetrail plan`, `run --max-cost`).
+
+Per model of a plan: the samples, the cache hits and misses of its requests, the input
+tokens of the misses, the worst-case output tokens (`max_tokens` × misses) and the cost
+range from the price list: low = the misses' input only, high = input plus every miss
+answering `max_tokens` tokens. A price the list lacks leaves the cost unknown.
+
+No provider tokenizer ships in the dependencies, so input tokens are estimated from the
+text (~4 characters a token) and labelled so.
+
+Calls that cannot be known before the run are bounded:
+
+* a scorer's calls (a judge's) need the target's response: for a cached response its
+  requests are built and looked up (exact hits and misses); for a target miss one call
+  per sample is counted, its prompt rendered with an empty response plus the target's
+  `max_tokens` as the response's tokens (an estimate);
+* an agent (a spec with tools) knows only its first step: the misses are "at least"
+  those, and the worst case is `step_budget` calls per case (every step priced like the
+  first; the tool results that later steps carry are not counted).
+"""
+
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.engine.plan import EvalPlan, RunPlan, batch_samples, look_up
+from gradetrail_lib.errors import UsageError
+from gradetrail_lib.providers.base import ModelResponse
+from gradetrail_lib.providers.pricing import PriceList, format_usd, sum_costs
+from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.results.trace import SCHEMA_VERSION, TraceRecord
+from gradetrail_lib.scorers import ScoreInput
+
+CHARS_PER_TOKEN = 4
+TOKENIZER = f"estimated (~{CHARS_PER_TOKEN} characters a token)"
+
+
+def estimate_tokens(request: ModelRequest) -> int:
+    """Input tokens of a request, estimated from its text (messages and tool definitions)."""
+    chars = 0
+    for message in request.messages:
+        content = message.get("content")
+        chars += len(content) if isinstance(content, str) else len(json.dumps(content))
+        if message.get("tool_calls"):
+            chars += len(json.dumps(message["tool_calls"]))
+    if request.tools:
+        chars += len(json.dumps(request.tools))
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+def _max_tokens(request: ModelRequest) -> int:
+    value = request.params.get("max_tokens")
+    return int(value) if isinstance(value, int) else 0
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """The calls of one role (the target, or one scorer's model) of one model's run."""
+
+    role: str  # "target" or "scorer <name>"
+    provider: str
+    model: str
+    calls: int  # distinct requests known (an agent: its first steps)
+    hits: int
+    misses: int
+    input_tokens: int  # of the misses
+    output_tokens_worst: int  # max_tokens × misses
+    cost_low: float | None
+    cost_high: float | None
+    tokenizer: str = TOKENIZER
+    at_least: bool = False  # an agent's later steps are not known
+    worst_calls: int | None = None  # an agent: step_budget per case
+    # What the figures assume (the same for every batch of a run).
+    notes: list[str] = field(default_factory=list)
+    # A scorer's calls that judge target responses still to come (estimated).
+    pending: int = 0
+
+    @property
+    def all_notes(self) -> list[str]:
+        """The notes, and how many calls judge responses still to come."""
+        return self.notes + ([_pending_note(self.pending)] if self.pending else [])
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "notes": self.all_notes}
+
+    def plus(self, other: "CallPlan") -> "CallPlan":
+        """This role's calls with another batch's."""
+        return replace(
+            self,
+            calls=self.calls + other.calls,
+            hits=self.hits + other.hits,
+            misses=self.misses + other.misses,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens_worst=self.output_tokens_worst + other.output_tokens_worst,
+            cost_low=sum_costs([self.cost_low, other.cost_low]),
+            cost_high=sum_costs([self.cost_high, other.cost_high]),
+            worst_calls=None
+            if self.worst_calls is None or other.worst_calls is None
+            else self.worst_calls + other.worst_calls,
+            pending=self.pending + other.pending,
+        )
+
+
+def _pending_note(count: int) -> str:
+    return (
+        f"{count} of the calls judge target responses still to come: counted as misses, "
+        "their input estimated as the prompt plus the target's max_tokens"
+    )
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    spec: str
+    model: str  # the spec's name for the model
+    provider: str
+    samples: int
+    target: CallPlan
+    scorers: list[CallPlan]
+
+    @property
+    def cost_low(self) -> float | None:
+        return sum_costs([c.cost_low for c in self.roles])
+
+    @property
+    def worst_case(self) -> float | None:
+        return sum_costs([c.cost_high for c in self.roles])
+
+    @property
+    def roles(self) -> list[CallPlan]:
+        return [self.target, *self.scorers]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec,
+            "model": self.model,
+            "provider": self.provider,
+            "samples": self.samples,
+            "target": self.target.to_json(),
+            "scorers": [c.to_json() for c in self.scorers],
+            "cost_low_usd": self.cost_low,
+            "worst_case_usd": self.worst_case,
+        }
+
+
+def _costs(
+    prices: PriceList, provider: str, model: str, input_tokens: int, output_tokens: int
+) -> tuple[float | None, float | None]:
+    return (
+        prices.cost(provider, model, input_tokens, 0),
+        prices.cost(provider, model, input_tokens, output_tokens),
+    )
+
+
+def estimate(
+    plan: EvalPlan,
+    found: Mapping[str, ModelResponse | None],
+    cache: ResponseCache | None,
+    prices: PriceList,
+) -> ModelPlan:
+    """The plan's calls and their cost range. `found`: the target's requests the cache
+    answers, with the answers where a scorer's calls need them (a judge's prompt holds
+    the response); empty when nothing is read from the cache. `cache` is where the
+    scorers' requests are looked up (None: not read)."""
+    unique = plan.unique_requests
+    missing = [r for k, r in unique.items() if k not in found]
+    model = plan.model
+    agent = plan.toolbox is not None
+    input_tokens = sum(estimate_tokens(r) for r in missing)
+    output_worst = sum(_max_tokens(r) for r in missing)
+    notes: list[str] = []
+    worst_calls = None
+    if agent:
+        budget = plan.loaded.spec.step_budget
+        hits = len(unique) - len(missing)
+        worst_calls = budget * len(missing) + (budget - 1) * hits
+        # Every step priced like the first; a cached first step's later steps may miss.
+        hit_requests = [r for k, r in unique.items() if k in found]
+        worst_in = budget * input_tokens + (budget - 1) * sum(
+            estimate_tokens(r) for r in hit_requests
+        )
+        worst_out = budget * output_worst + (budget - 1) * sum(_max_tokens(r) for r in hit_requests)
+        low = prices.cost(model.provider, model.name, input_tokens, 0)
+        high = prices.cost(model.provider, model.name, worst_in, worst_out)
+        output_worst = worst_out
+        notes.append(
+            f"agent: only step 1 is known; worst case {budget} steps (step_budget) a case, "
+            "each priced like step 1 (tool results not counted)"
+        )
+    else:
+        low, high = _costs(prices, model.provider, model.name, input_tokens, output_worst)
+    target = CallPlan(
+        role="target",
+        provider=model.provider,
+        model=model.name,
+        calls=len(unique),
+        hits=len(unique) - len(missing),
+        misses=len(missing),
+        input_tokens=input_tokens,
+        output_tokens_worst=output_worst,
+        cost_low=low,
+        cost_high=high,
+        at_least=agent,
+        worst_calls=worst_calls,
+        notes=notes,
+    )
+    return ModelPlan(
+        spec=plan.loaded.spec.name,
+        model=model.name,
+        provider=model.provider,
+        samples=len(plan.items),
+        target=target,
+        scorers=_scorer_calls(plan, found, cache, prices),
+    )
+
+
+def estimate_run(plan: RunPlan, cache: ResponseCache | None, prices: PriceList) -> ModelPlan:
+    """`estimate` of a whole run, batch by batch (`cache` None: nothing is read from it)."""
+    total = _estimate_batches(plan, plan.batches(batch_samples(plan.repeats)), cache, prices)
+    assert total is not None  # a plan has samples
+    return total
+
+
+def _estimate_batches(
+    plan: RunPlan,
+    batches: Iterator[EvalPlan],
+    cache: ResponseCache | None,
+    prices: PriceList,
+) -> ModelPlan | None:
+    total: ModelPlan | None = None
+    # Only a calling scorer (a judge) needs the cached answers; the rest, which are hits.
+    answers = any(s.makes_calls for s in plan.scorers)
+    for batch in batches:
+        found: Mapping[str, ModelResponse | None] = {}
+        if cache is not None and answers:
+            found = look_up(batch, cache).responses
+        elif cache is not None:
+            found = dict.fromkeys(cache.cached_keys(batch.request_keys()))
+        part = estimate(batch, found, cache, prices)
+        total = part if total is None else _plus(total, part)
+    return total
+
+
+def _plus(a: ModelPlan, b: ModelPlan) -> ModelPlan:
+    scorers = {c.role: c for c in a.scorers}
+    for c in b.scorers:
+        scorers[c.role] = scorers[c.role].plus(c) if c.role in scorers else c
+    return replace(
+        a, samples=a.samples + b.samples, target=a.target.plus(b.target),
+        scorers=list(scorers.values()),
+    )  # fmt: skip
+
+
+def _scorer_calls(
+    plan: EvalPlan,
+    found: Mapping[str, ModelResponse | None],
+    cache: ResponseCache | None,
+    prices: PriceList,
+) -> list[CallPlan]:
+    """Each calling scorer's requests: built from the cached target responses (exact,
+    looked up), estimated for the samples whose target response is still to come."""
+    out: list[CallPlan] = []
+    agent = plan.toolbox is not None
+    for scorer in plan.scorers:
+        if not scorer.makes_calls:
+            continue
+        known: dict[str, ModelRequest] = {}
+        guessed: list[tuple[ModelRequest, int]] = []  # (request, target max_tokens)
+        for item in plan.items:
+            response = None if agent else found.get(item.request.key)
+            text = response.text if response is not None else ""
+            record = TraceRecord(
+                schema_version=SCHEMA_VERSION,
+                id=item.sample.id,
+                repeat=item.repeat,
+                messages=item.request.messages,
+                calls=[],
+                response=text,
+                stop_reason=None,
+                scores={},
+                outcome="scored",
+                failure_mode=None,
+            )
+            requests = scorer.requests(ScoreInput(item.sample, text, record))
+            if response is not None:
+                for r in requests:
+                    known.setdefault(r.key, r)
+            else:
+                guessed += [(r, _max_tokens(item.request)) for r in requests]
+        endpoint = next(iter(known.values()), None) or next((r for r, _ in guessed), None)
+        if endpoint is None:
+            continue
+        provider, model = endpoint.endpoint.provider, endpoint.endpoint.model
+        # Whether each is cached, not the answers: a hit costs this run nothing.
+        cached = cache.cached_keys(list(known)) if cache is not None and known else set()
+        misses = [r for k, r in known.items() if k not in cached]
+        input_tokens = sum(estimate_tokens(r) for r in misses) + sum(
+            estimate_tokens(r) + response_tokens for r, response_tokens in guessed
+        )
+        output_worst = sum(_max_tokens(r) for r in misses) + sum(_max_tokens(r) for r, _ in guessed)
+        low, high = _costs(prices, provider, model, input_tokens, output_worst)
+        out.append(
+            CallPlan(
+                role=f"scorer {scorer.name}",
+                provider=provider,
+                model=model,
+                calls=len(known) + len(guessed),
+                hits=len(known) - len(misses),
+                misses=len(misses) + len(guessed),
+                input_tokens=input_tokens,
+                output_tokens_worst=output_worst,
+                cost_low=low,
+                cost_high=high,
+                pending=len(guessed),
+            )
+        )
+    return out
+
+
+def total_worst_case(plans: Sequence[ModelPlan]) -> float | None:
+    return sum_costs([p.worst_case for p in plans])
+
+
+def check_max_cost(plans: Sequence[ModelPlan], limit: float) -> None:
+    """Raises UsageError (exit 2) when the worst case exceeds `limit` dollars, or is
+    unknown (a model without a price cannot be shown to stay under it)."""
+    worst = total_worst_case(plans)
+    if worst is None:
+        unpriced = sorted(
+            {f"{c.provider}/{c.model}" for p in plans for c in p.roles if c.cost_high is None}
+        )
+        raise UsageError(
+            f"--max-cost {format_usd(limit)}: the worst case is unknown (no price for "
+            f"{', '.join(unpriced)}); nothing was sent"
+        )
+    if worst > limit:
+        raise UsageError(
+            f"--max-cost {format_usd(limit)}: the worst case is {format_usd(worst)}, over the "
+            "limit; nothing was sent (see `gradetrail plan`)"
+        )
+
+
+def format_plan(plan: ModelPlan) -> str:
+    lines = [f"Plan: {plan.spec}/{plan.model} ({plan.provider})", f"  Samples: {plan.samples}"]
+    for c in plan.roles:
+        least = "at least " if c.at_least else ""
+        lines.append(f"  {c.role.capitalize()} ({c.provider}/{c.model}):")
+        lines.append(
+            f"    Requests: {least}{c.calls}; cache hits {c.hits}, misses {least}{c.misses}"
+        )
+        if c.worst_calls is not None:
+            lines.append(f"    Calls, worst case: {c.worst_calls}")
+        lines.append(f"    Input tokens of the misses: {least}{c.input_tokens}, {c.tokenizer}")
+        lines.append(
+            f"    Output tokens, worst case: {c.output_tokens_worst} (max_tokens × misses)"
+        )
+        lines.append(f"    Cost: {_range(c.cost_low, c.cost_high)}")
+        lines += [f"    Note: {n}" for n in c.all_notes]
+    lines.append(f"  Total cost: {_range(plan.cost_low, plan.worst_case)}")
+    return "\n".join(lines)
+
+
+def _range(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "unknown (no price for a model)"
+    return f"{format_usd(low)} to {format_usd(high)}"

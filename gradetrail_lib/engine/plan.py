@@ -1,0 +1,370 @@
+"""The pipeline, step by step: plan → responses → records. The CLI and Dagster share it.
+
+Each step is a function of the previous one's output, so Dagster assets can call them
+one per asset while `gradetrail run` calls them in a row. A run goes through its samples
+in batches (`RunPlan.batches`): each batch is planned, looked up, sent, scored and
+written before the next is read, so a run's memory does not grow with its size.
+"""
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from itertools import islice
+from typing import Protocol
+
+from gradetrail_lib.agents.tools import Toolbox
+from gradetrail_lib.analysis.retrieval import check_sample as check_retrieval_fields
+from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.backends.live_endpoints import live_requests
+from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
+from gradetrail_lib.datasets.dataset import Dataset, Sample, load_dataset_ref
+from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.request import ModelRequest, RequestBuilder
+from gradetrail_lib.results.trace import AgentStep, FailureMode
+from gradetrail_lib.scorers import Scorer, build_scorer
+from gradetrail_lib.spec.spec import LoadedSpec, ModelConfig
+from gradetrail_lib.templating import PromptRenderer
+
+# Reported after each finished request: (done, total).
+Progress = Callable[[int, int], None]
+# Items (a sample's repeats each one) a batch: its requests, responses and records are
+# what a run holds at once. A batch holds whole samples, with all their repeats.
+BATCH_ITEMS = 8192
+
+
+def batch_samples(repeats: int, items: int = BATCH_ITEMS) -> int:
+    """The samples of a batch of about `items` items when each sample is run `repeats`
+    times (at least one sample)."""
+    return max(1, items // repeats)
+
+
+class ResponseListener(Protocol):
+    """Sees each target response as soon as it is known: the cached ones at once, each
+    new one as it arrives (called from the sending thread); an agent's case when it ends."""
+
+    def on_cached(self, responses: dict[str, ModelResponse]) -> None: ...
+
+    def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None: ...
+
+    def on_trajectory(self, position: int, trajectory: "Trajectory") -> None: ...
+
+
+# Not frozen, for speed: one per sample.
+@dataclass
+class PlannedSample:
+    sample: Sample
+    request: ModelRequest
+    repeat: int = 0
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """One batch of a run's items, their requests rendered and keyed, with the run's
+    checked scorers. An agent's plan (a spec with tools) holds its first requests, its
+    tools and the builder of the requests that follow."""
+
+    loaded: LoadedSpec
+    dataset: Dataset
+    model: ModelConfig
+    items: list[PlannedSample]
+    scorers: list[Scorer]
+    builder: RequestBuilder | None = None
+    toolbox: Toolbox | None = None
+
+    @property
+    def primary_scorer(self) -> str:
+        return self.scorers[0].name
+
+    @cached_property
+    def unique_requests(self) -> dict[str, ModelRequest]:
+        """Each request once, by key (samples that render alike share one request)."""
+        unique: dict[str, ModelRequest] = {}
+        for item in self.items:
+            unique.setdefault(item.request.key, item.request)
+        return unique
+
+    @cached_property
+    def items_by_key(self) -> dict[str, list[int]]:
+        """The positions in `items` of the samples each request answers."""
+        positions: dict[str, list[int]] = {}
+        for i, item in enumerate(self.items):
+            positions.setdefault(item.request.key, []).append(i)
+        return positions
+
+    def request_keys(self) -> list[str]:
+        return list(self.unique_requests)
+
+
+def load_spec_dataset(loaded: LoadedSpec) -> Dataset:
+    return load_dataset_ref(loaded.spec.dataset, loaded.base_dir)
+
+
+def build_scorers(loaded: LoadedSpec, model: ModelConfig) -> list[Scorer]:
+    """The spec's scorers, each checked against the model under test (a judge must not
+    grade itself) and loaded (a Python scorer's function, a judge's prompt)."""
+    scorers: list[Scorer] = []
+    errors: list[InputError] = []
+    spec = loaded.spec
+    for config in spec.scorers:
+        judge = getattr(config, "model", None)
+        if (
+            isinstance(judge, ModelConfig)
+            and not getattr(config, "force_same_model", False)
+            and (judge.provider, judge.name) == (model.provider, model.name)
+        ):
+            errors.append(
+                InputError(
+                    str(loaded.path),
+                    None,
+                    f"{config.where}.model",
+                    f"the judge {judge.provider}/{judge.name} is the model under test and would "
+                    "grade itself; use another judge, or set force_same_model: true",
+                )
+            )
+            continue
+        try:
+            scorers.append(build_scorer(config, loaded.base_dir))
+        except (OSError, ValueError) as exc:  # a file that went away since the spec loaded
+            errors.append(InputError(str(loaded.path), None, config.where, str(exc)))
+    if errors:
+        raise errors[0] if len(errors) == 1 else InputErrors(errors)
+    return scorers
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's plan, every sample checked (its prompt renders, its scorers can score it)
+    before any call or write; its requests are rendered batch by batch as the run
+    reaches them, so a run holds one batch at a time."""
+
+    loaded: LoadedSpec
+    dataset: Dataset
+    model: ModelConfig
+    scorers: list[Scorer]
+    renderer: PromptRenderer
+    builder: RequestBuilder
+    toolbox: Toolbox | None
+    repeats: int
+    samples: int
+
+    @property
+    def item_count(self) -> int:
+        return self.samples * self.repeats
+
+    @property
+    def scorer_names(self) -> list[str]:
+        return [s.name for s in self.scorers]
+
+    def batches(self, size: int | None = None) -> Iterator[EvalPlan]:
+        """The items, `size` samples (with their repeats; default `batch_samples`) at a
+        time, in order."""
+        size = size or batch_samples(self.repeats)
+        samples = iter(self.dataset)
+        while chunk := list(islice(samples, size)):
+            yield self.batch(chunk)
+
+    def batch(self, samples: list[Sample]) -> EvalPlan:
+        label = self.loaded.spec.dataset.label
+        items: list[PlannedSample] = []
+        for sample in samples:
+            messages = self.renderer.messages(sample, label)
+            for repeat in range(self.repeats):
+                request = self.builder.build(messages, sample, label, repeat)
+                items.append(PlannedSample(sample=sample, request=request, repeat=repeat))
+        return EvalPlan(
+            self.loaded, self.dataset, self.model, items, self.scorers, self.builder, self.toolbox
+        )
+
+
+def _check_samples(
+    loaded: LoadedSpec, dataset: Dataset, renderer: PromptRenderer, builder: RequestBuilder,
+    scorers: list[Scorer],
+) -> int:
+    """Every sample of the dataset read and checked: it renders, its request builds, every
+    scorer can score it; the number of samples. Raises every input error found (the first
+    20), before anything is called or written."""
+    label = loaded.spec.dataset.label
+    errors: list[InputError] = []
+    count = 0
+    for sample in dataset.validated():
+        try:
+            messages = renderer.messages(sample, label)
+            builder.check(sample, label)
+            for scorer in scorers:
+                scorer.check(sample, messages, label)
+            check_retrieval_fields(sample, label)
+        except InputError as exc:
+            errors.append(exc)
+            continue
+        count += 1
+    if errors:
+        raise errors[0] if len(errors) == 1 else InputErrors(errors[:20])
+    return count
+
+
+def plan(
+    loaded: LoadedSpec,
+    model: ModelConfig,
+    dataset: Dataset | None = None,
+    *,
+    repeats: int | None = None,
+) -> RunPlan:
+    """Check that every sample renders and can be scored; raises InputError(s).
+    `repeats` (default: the spec's) makes each sample that many items, repeat by repeat."""
+    repeats = repeats or loaded.spec.repeats
+    scorers = build_scorers(loaded, model)
+    if dataset is None:
+        dataset = load_spec_dataset(loaded)
+    spec = loaded.spec
+    toolbox = Toolbox(spec.tools, loaded.base_dir) if spec.tools is not None else None
+    builder = RequestBuilder(
+        model,
+        spec.params,
+        tools=toolbox.definitions() if toolbox is not None else None,
+        tool_choice=spec.tool_choice,
+    )
+    renderer = PromptRenderer(spec)
+    samples = _check_samples(loaded, dataset, renderer, builder, scorers)
+    return RunPlan(loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, samples)
+
+
+@dataclass
+class StepCall:
+    """One model call of an agent's case."""
+
+    request: ModelRequest
+    response: ModelResponse | None
+    cache_hit: bool
+    error: str | None = None
+
+
+@dataclass
+class Trajectory:
+    """An agent's case as the responses step leaves it: its steps and their calls, the
+    last answer, and why it stopped early if it did."""
+
+    steps: list[AgentStep]
+    calls: list[StepCall]
+    final: ModelResponse | None
+    stopped: FailureMode | None  # provider_error, thrash or budget_exhausted
+    error: str | None = None
+
+    @property
+    def tool_error(self) -> bool:
+        return any(r.error is not None for s in self.steps for r in s.tool_results)
+
+
+@dataclass
+class Responses:
+    """What a step's calls produced, by request key: the target's responses step, or the
+    scorers' calls (`scorer_calls`)."""
+
+    responses: dict[str, ModelResponse] = field(default_factory=dict)
+    errors: dict[str, ProviderError] = field(default_factory=dict)
+    cache_hits: set[str] = field(default_factory=set)
+    calls: int = 0
+    wall_s: float = 0.0
+    # How the misses were sent (the backend's describe()), for the manifest.
+    execution: dict[str, object] = field(default_factory=dict)
+    # An agent's cases, by position in the plan's items (every step's call is above too).
+    trajectories: dict[int, Trajectory] = field(default_factory=dict)
+
+    def outcome(self, key: str) -> ModelResponse | ProviderError | None:
+        return self.responses.get(key) or self.errors.get(key)
+
+    def take(
+        self,
+        request: ModelRequest,
+        outcome: ModelResponse | ProviderError,
+        writer: CacheWriter | None,
+    ) -> bool:
+        """One call's outcome, a response stored in the cache as it arrives; whether it
+        was a response. Every sending step (target, agent, scorers' calls) records here."""
+        self.calls += 1
+        if isinstance(outcome, ProviderError):
+            self.errors[request.key] = outcome
+            return False
+        if writer is not None:
+            writer.put(request, outcome)
+        # The provider's body goes to the cache only: kept here, a batch's bodies would
+        # be most of what a cold run holds.
+        self.responses[request.key] = replace(outcome, raw={}) if outcome.raw else outcome
+        return True
+
+
+@dataclass(frozen=True)
+class CacheLookup:
+    """The cached responses of a plan's keys, and how long finding them took."""
+
+    responses: dict[str, ModelResponse]
+    wall_s: float
+
+    def complete(self, plan: EvalPlan) -> bool:
+        return len(self.responses) == len(plan.unique_requests)
+
+
+def look_up(plan: EvalPlan, cache: ResponseCache) -> CacheLookup:
+    started = time.perf_counter()
+    responses = cache.lookup(plan.request_keys())
+    return CacheLookup(responses, time.perf_counter() - started)
+
+
+def fetch_responses(
+    plan: EvalPlan,
+    cache: ResponseCache | None,
+    backend: Backend,
+    *,
+    read_cache: bool = True,
+    looked_up: CacheLookup | None = None,
+    progress: Progress | None = None,
+    listener: ResponseListener | None = None,
+) -> Responses:
+    """Look every key up; call the provider for the misses only, caching each on arrival.
+
+    `looked_up` is the plan's `look_up` when the caller made it already (to know before
+    this step whether anything is to be sent); its time counts as this step's.
+    `listener` sees each response as soon as it is known (to start judging it)."""
+    started = time.perf_counter() - (looked_up.wall_s if looked_up else 0.0)
+    if plan.model.provider == "local":
+        # llama.cpp's server answers one request at a time; more would only queue there
+        # and make the measured latencies lie.
+        backend = backend.limited(1)
+    if plan.toolbox is not None:
+        from gradetrail_lib.agents.loop import run_agents
+
+        return run_agents(
+            plan, cache, backend, started=started, read_cache=read_cache,
+            looked_up=looked_up, progress=progress, listener=listener,
+        )  # fmt: skip
+    result = Responses(execution=backend.describe())  # as it ran, limits applied
+    unique = plan.unique_requests
+    if cache is not None and read_cache:
+        found = looked_up or look_up(plan, cache)
+        result.responses = dict(found.responses)
+        result.cache_hits = set(result.responses)
+        if listener is not None:
+            listener.on_cached(result.responses)
+    missing = [r for k, r in unique.items() if k not in result.responses]
+    total = len(unique)
+    if progress:
+        progress(len(result.responses), total)
+    # (No writer, and its thread, for a batch the cache answered whole.)
+    writer_scope = cache.writer() if cache is not None and missing else nullcontext(None)
+    with writer_scope as writer, live_requests(missing) as live:
+
+        def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
+            answered = result.take(request, outcome, writer)
+            if answered and listener is not None:
+                assert isinstance(outcome, ModelResponse)
+                listener.on_response(request.key, outcome, False)
+            if progress:
+                progress(len(result.responses) + len(result.errors), total)
+            if writer is not None and result.calls == len(live):
+                writer.finish()  # the last write need not wait for the backend to wind down
+
+        backend.run(live, on_result)
+    result.wall_s = time.perf_counter() - started
+    return result

@@ -1,0 +1,352 @@
+"""Building the trace records of a run: each sample's record starts when its target
+response is known, its scorers' model calls (a judge's) are submitted then, and its
+scores are filled in when every call is back.
+
+`Scoring` is used the same way by `gradetrail run` (fed by the responses step as answers
+arrive, so judging overlaps with sending) and by the Dagster scores asset (fed the
+responses asset's output at once)."""
+
+import asyncio
+from collections.abc import Awaitable, Container, Iterator
+from typing import Any
+
+from gradetrail_lib.analysis.retrieval import retrieval_of
+from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.engine.plan import EvalPlan, PlannedSample, Responses, Trajectory
+from gradetrail_lib.engine.scorer_calls import CallStage
+from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.pricing import PriceList, load_prices
+from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.results.trace import (
+    SCHEMA_VERSION,
+    FailureMode,
+    ModelCall,
+    Outcome,
+    Role,
+    ScoreEntry,
+    TraceRecord,
+)
+from gradetrail_lib.scorers import Score, ScoreFailed, ScoreInput
+
+_PENDING = ScoreEntry(None, "pending")
+
+# Records made, scored and handed on at a time (`Scoring.parts`): each step over a whole
+# batch's 8,192 walked ~20 MB of objects, out of the CPU's caches by the next step; a
+# part's stay in them (docs/performance.md).
+PART_ITEMS = 1024
+
+
+class Scoring:
+    """Records of one plan; `on_response` may be called from the sending thread."""
+
+    def __init__(
+        self,
+        plan: EvalPlan,
+        cache: ResponseCache | None,
+        backend: Backend,
+        *,
+        read_cache: bool = True,
+        prices: PriceList | None = None,
+        sent_before: Container[str] = frozenset(),
+    ) -> None:
+        """`sent_before`: target keys an earlier step of this run sent (Dagster's
+        responses), found in the cache now but paid by this run."""
+        self.plan = plan
+        self._sent_before = sent_before
+        self.prices = prices or load_prices()
+        self._records: list[TraceRecord | None] = [None] * len(plan.items)
+        # Per item, per scorer: the requests it named when its response came.
+        self._requests: dict[int, list[list[ModelRequest]]] = {}
+        self._callers = [i for i, s in enumerate(plan.scorers) if s.makes_calls]
+        self._stage = CallStage(cache, backend, read_cache=read_cache) if self._callers else None
+        self._delivered: set[str] = set()
+        # Cached responses whose records no scorer call waits for: made part by part.
+        self._cached: dict[str, ModelResponse] = {}
+        # An agent's case that stopped early, by position: thrash, budget_exhausted.
+        self._stopped: dict[int, FailureMode | None] = {}
+
+    @property
+    def makes_calls(self) -> bool:
+        """Whether some scorer of the plan makes model calls (a judge)."""
+        return self._stage is not None
+
+    def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None:
+        if self._stage is not None:
+            self._stage.submit(self._start(key, response, cache_hit))
+        else:
+            self._start(key, response, cache_hit)
+
+    def on_cached(self, responses: dict[str, ModelResponse]) -> None:
+        """The responses found in the cache, at once (their scorer calls in one batch)."""
+        if self._stage is None and self.plan.toolbox is None:
+            fresh = {k: v for k, v in responses.items() if k not in self._delivered}
+            self._delivered.update(fresh)
+            self._cached.update(fresh)  # nothing to start: their records wait for `parts`
+            return
+        requests = [r for k, v in responses.items() for r in self._start(k, v, True)]
+        if self._stage is not None:
+            self._stage.submit(requests)
+
+    def _start(self, key: str, response: ModelResponse, cache_hit: bool) -> list[ModelRequest]:
+        """Starts the records `key` answers; returns the scorer requests they need."""
+        if key in self._delivered:
+            return []
+        self._delivered.add(key)
+        requests: list[ModelRequest] = []
+        for position in self.plan.items_by_key.get(key, ()):
+            item = self.plan.items[position]
+            requests += self._begin(position, self._start_record(item, response, cache_hit))
+        return requests
+
+    def on_trajectory(self, position: int, trajectory: Trajectory) -> None:
+        """An agent's case is over: its record starts (and its judging)."""
+        if self._records[position] is not None:
+            return
+        item = self.plan.items[position]
+        model = self.plan.model
+        calls = []
+        for step in trajectory.calls:
+            call = self._call(
+                "target", step.request, model.provider, model.name, step.response, step.cache_hit
+            )
+            call.error = step.error
+            calls.append(call)
+        final = trajectory.final if trajectory.stopped != "provider_error" else None
+        record = TraceRecord(
+            schema_version=SCHEMA_VERSION,
+            id=item.sample.id,
+            repeat=item.repeat,
+            messages=item.request.messages,
+            calls=calls,
+            response=final.text if final is not None else None,
+            stop_reason=final.stop_reason if final is not None else None,
+            scores={},
+            outcome="scored",
+            failure_mode=None,
+            trajectory=trajectory.steps,
+            retrieval=retrieval_of(item.sample.fields),
+        )
+        self._stopped[position] = trajectory.stopped
+        if final is None:
+            reason = trajectory.error or "no response"
+            record.scores = {s.name: ScoreEntry(None, reason) for s in self.plan.scorers}
+            record.outcome = record.failure_mode = "provider_error"
+            self._records[position] = record
+            return
+        requests = self._begin(position, record)
+        if self._stage is not None:
+            self._stage.submit(requests)
+
+    def _begin(self, position: int, record: TraceRecord) -> list[ModelRequest]:
+        """Keeps the record; returns the requests its scorers need (a judge's)."""
+        self._records[position] = record
+        if self._stage is None or record.response is None:
+            return []
+        item = self.plan.items[position]
+        scoring = ScoreInput(item.sample, record.response, record)
+        named = [[] if not s.makes_calls else s.requests(scoring) for s in self.plan.scorers]
+        self._requests[position] = named
+        return [r for listed in named for r in listed]
+
+    def cancel(self) -> None:
+        """The run is aborting: stop the scorers' calls (what arrived is cached)."""
+        if self._stage is not None:
+            self._stage.cancel()
+
+    def feed(self, responses: Responses) -> None:
+        """Every response of the step not seen yet (all of them, in Dagster)."""
+        if self.plan.toolbox is not None:
+            for position, trajectory in responses.trajectories.items():
+                self.on_trajectory(position, trajectory)
+            return
+        fresh = {k: v for k, v in responses.responses.items() if k not in self._delivered}
+        cached = {k: v for k, v in fresh.items() if k in responses.cache_hits}
+        self.on_cached(cached)
+        for key, response in fresh.items():
+            if key not in cached:
+                self.on_response(key, response, False)
+
+    def parts(
+        self, responses: Responses, size: int = PART_ITEMS
+    ) -> Iterator[list[TraceRecord]]:
+        """Every record of the plan, in order, `size` at a time, each part scored (once
+        every scorer call is back)."""
+        self.feed(responses)
+        calls = self._stage.close() if self._stage is not None else Responses()
+        items = self.plan.items
+        for start in range(0, len(items), size):
+            yield self._part(range(start, min(start + size, len(items))), responses, calls)
+
+    def _part(
+        self, positions: range, responses: Responses, calls: Responses
+    ) -> list[TraceRecord]:
+        """The records at `positions`, scored (`calls`: the scorers' calls' outcomes)."""
+        items = self.plan.items
+        records: list[TraceRecord] = []
+        pending: list[tuple[TraceRecord, str, Awaitable[Score]]] = []
+        for position in positions:
+            item = items[position]
+            record = self._records[position]
+            if record is None:
+                cached = self._cached.get(item.request.key)
+                if cached is None:
+                    records.append(self._unanswered(item, responses))
+                    continue
+                record = self._start_record(item, cached, True)
+            else:
+                self._records[position] = None  # the part's caller holds it now
+            if record.response is not None:
+                pending.extend(self._score(position, item, record, calls))
+            records.append(record)
+        if pending:
+            asyncio.run(_await_scores(pending))
+        for position, record in zip(positions, records, strict=True):
+            if record.response is not None:
+                _settle(record, self.plan.primary_scorer, self._stopped.get(position))
+        return records
+
+    # -- one record
+
+    def _target_call(
+        self, request: ModelRequest, response: ModelResponse | None, cache_hit: bool
+    ) -> ModelCall:
+        model = self.plan.model
+        return self._call("target", request, model.provider, model.name, response, cache_hit)
+
+    def _call(
+        self,
+        role: Role,
+        request: ModelRequest,
+        provider: str,
+        model: str,
+        response: ModelResponse | None,
+        cache_hit: bool,
+    ) -> ModelCall:
+        """A call as the record keeps it; priced as the model it was asked of."""
+        if role == "target" and cache_hit and request.key in self._sent_before:
+            cache_hit = False
+        if response is None:
+            return ModelCall(role, request.key, provider, model, None, None, None, None, None,
+                             cache_hit, None)  # fmt: skip
+        tokens_in, tokens_out = response.input_tokens, response.output_tokens
+        # Positional, in the fields' order: a call is made a sample, and keywords cost
+        # 0.4 us more (so do TraceRecord's below).
+        return ModelCall(
+            role, request.key, provider, model, response.served_model, tokens_in, tokens_out,
+            response.latency_s, self.prices.cost(provider, model, tokens_in, tokens_out),
+            cache_hit, response.stop_reason,
+        )  # fmt: skip
+
+    def _start_record(
+        self, item: PlannedSample, response: ModelResponse, cache_hit: bool
+    ) -> TraceRecord:
+        request = item.request
+        return TraceRecord(
+            SCHEMA_VERSION, item.sample.id, item.repeat, request.messages,
+            [self._target_call(request, response, cache_hit)], response.text,
+            response.stop_reason, {}, "scored", None, [], retrieval_of(item.sample.fields),
+        )  # fmt: skip
+
+    def _unanswered(self, item: PlannedSample, responses: Responses) -> TraceRecord:
+        error = responses.errors.get(item.request.key)
+        reason = error.message if error else "no response (run interrupted)"
+        call = self._target_call(item.request, None, False)
+        call.error = reason
+        return TraceRecord(
+            schema_version=SCHEMA_VERSION,
+            id=item.sample.id,
+            repeat=item.repeat,
+            messages=item.request.messages,
+            calls=[call],
+            response=None,
+            stop_reason=None,
+            scores={s.name: ScoreEntry(None, reason) for s in self.plan.scorers},
+            outcome="provider_error",
+            failure_mode="provider_error",
+            retrieval=retrieval_of(item.sample.fields),
+        )
+
+    def _score(
+        self, position: int, item: PlannedSample, record: TraceRecord, calls: Responses
+    ) -> list[tuple[TraceRecord, str, Awaitable[Score]]]:
+        assert record.response is not None
+        scoring = ScoreInput(item.sample, record.response, record)
+        named = self._requests.get(position)
+        pending = []
+        outcomes: list[ModelResponse | ProviderError | None] = []
+        for index, scorer in enumerate(self.plan.scorers):
+            if named is not None:
+                requests = named[index]
+                outcomes = [calls.outcome(r.key) for r in requests]
+                for request, outcome in zip(requests, outcomes, strict=True):
+                    record.calls.append(self._scorer_call(scorer.name, request, outcome, calls))
+            try:
+                result = scorer.score(scoring, outcomes)
+                if not isinstance(result, Score):  # an awaitable (an async Python scorer)
+                    record.scores[scorer.name] = _PENDING
+                    pending.append((record, scorer.name, result))
+                    continue
+                record.scores[scorer.name] = ScoreEntry(result.value, result.reason)
+            except Exception as exc:  # one bad (sample, scorer) must not stop the run
+                record.scores[scorer.name] = _failed(exc)
+        return pending
+
+    def _scorer_call(
+        self,
+        scorer: str,
+        request: ModelRequest,
+        outcome: ModelResponse | ProviderError | None,
+        calls: Responses,
+    ) -> ModelCall:
+        endpoint = request.endpoint
+        response = outcome if isinstance(outcome, ModelResponse) else None
+        cache_hit = request.key in calls.cache_hits
+        call = self._call("judge", request, endpoint.provider, endpoint.model, response, cache_hit)
+        call.scorer = scorer
+        call.text = response.text if response else None
+        if isinstance(outcome, ProviderError):
+            call.error = outcome.message
+        elif outcome is None:
+            call.error = "no response (run interrupted)"
+        return call
+
+
+def _failed(exc: BaseException) -> ScoreEntry:
+    if isinstance(exc, ScoreFailed):
+        return ScoreEntry(None, exc.reason, exc.kind)
+    return ScoreEntry(None, f"scorer raised {type(exc).__name__}: {exc}", "scorer_error")
+
+
+async def _await_scores(pending: list[tuple[TraceRecord, str, Awaitable[Score]]]) -> None:
+    async def one(record: TraceRecord, name: str, awaitable: Awaitable[Any]) -> None:
+        try:
+            result = await awaitable
+            record.scores[name] = ScoreEntry(result.value, result.reason)
+        except Exception as exc:
+            record.scores[name] = _failed(exc)
+
+    await asyncio.gather(*(one(*p) for p in pending))
+
+
+def _settle(record: TraceRecord, primary: str, stopped: FailureMode | None = None) -> None:
+    """Outcome and failure mode follow the primary scorer; an agent that stopped early
+    (thrash, budget_exhausted) failed that way whatever its last words scored, and a
+    wrong answer after a tool error is the tool error's."""
+    entry = record.scores[primary]
+    outcome: Outcome = "scored"
+    failure: FailureMode | None = None
+    if entry.error is not None:
+        outcome = failure = entry.error
+    elif stopped is not None:
+        failure = stopped
+    elif entry.score is not None and entry.score < 1.0:
+        if record.trajectory and any(
+            r.error is not None for step in record.trajectory for r in step.tool_results
+        ):
+            failure = "tool_error"
+        elif record.stop_reason == "max_tokens":
+            failure = "truncated"
+        else:
+            failure = "wrong_answer"
+    record.outcome, record.failure_mode = outcome, failure

@@ -1,0 +1,402 @@
+"""A run, end to end: responses (scorer calls pipelined), records, summary, run directory.
+The CLI, `run_spec` and the Dagster assets share it."""
+
+import hashlib
+import time
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any, get_args
+
+from pydantic import ValidationError
+
+from gradetrail_lib.analysis.history import HistoryEntry, record_run
+from gradetrail_lib.analysis.summary import RunSummary, summarize
+from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.backends.not_sent import NotSent
+from gradetrail_lib.cache.keyset import KeySet
+from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
+from gradetrail_lib.config import ModelConfig, ProviderName
+from gradetrail_lib.engine.plan import (
+    EvalPlan,
+    Progress,
+    Responses,
+    RunPlan,
+    fetch_responses,
+    look_up,
+)
+from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
+from gradetrail_lib.engine.records import Scoring
+from gradetrail_lib.engine.rundir import RESULTS_FILE, RunDirWriter, build_manifest
+from gradetrail_lib.errors import InputError, InputErrors, UsageError
+from gradetrail_lib.providers.base import ProviderError
+from gradetrail_lib.providers.pricing import PriceList, load_prices
+from gradetrail_lib.results.totals import RunTotals
+from gradetrail_lib.results.trace import Manifest, TraceRecord, iter_records
+from gradetrail_lib.settings import DEFAULTS
+from gradetrail_lib.spec.identity import batch_fingerprint
+from gradetrail_lib.spec.spec import LoadedSpec, Spec, load_spec
+from gradetrail_lib.telemetry.spans import NO_SPANS, RunSpans, start_run
+
+
+@dataclass(frozen=True)
+class CompletedRun:
+    summary: RunSummary
+    manifest: Manifest
+    run_dir: Path
+    # The run's entry in the history, with the fingerprint of its records.
+    history: HistoryEntry
+    # What the summary and the statistics were worked out from.
+    totals: RunTotals
+
+    @cached_property
+    def records(self) -> list[TraceRecord]:
+        """The run's records, read back from its directory (a run streams them there
+        and holds none)."""
+        return list(iter_records(self.run_dir / RESULTS_FILE))
+
+
+def _offset(progress: Progress | None, done: int, total: int) -> Progress | None:
+    """A batch's progress as the run's."""
+    if progress is None:
+        return None
+    return lambda finished, _batch_total: progress(done + finished, total)
+
+
+def _batches(
+    plan: RunPlan,
+    cache: ResponseCache | None,
+    backend: Backend,
+    *,
+    read_cache: bool,
+    timings: dict[str, float],
+    progress: Progress | None,
+    scoring_for: Callable[[EvalPlan], Scoring] | None = None,
+    batch_samples: int | None = None,
+) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
+    """Each batch of the plan with its responses (looked up, then the misses sent), the
+    phases' seconds added to `timings`. `scoring_for(batch)` makes the listener that
+    starts the batch's records (and its judging) as its responses arrive."""
+    prepared = False
+    done = 0
+    timings.setdefault("plan", 0.0)
+    batches = plan.batches(batch_samples)
+    while True:
+        started = time.perf_counter()  # rendering and keying the batch's requests
+        batch = next(batches, None)
+        timings["plan"] += time.perf_counter() - started
+        if batch is None:
+            return
+        looked = look_up(batch, cache) if cache is not None and read_cache else None
+        sends = looked is None or not looked.complete(batch)
+        scoring = scoring_for(batch) if scoring_for is not None else None
+        if sends and not prepared:
+            backend.prepare()  # before the step's clock, as part of the start-up
+            prepared = True
+        try:
+            responses = fetch_responses(
+                batch, cache, backend, read_cache=read_cache, looked_up=looked,
+                progress=_offset(progress, done, plan.item_count), listener=scoring,
+            )  # fmt: skip
+        except BaseException:  # an abort or Ctrl-C: the judge answers that came are kept
+            if scoring is not None:
+                scoring.cancel()
+            raise
+        lookup_s = looked.wall_s if looked is not None else 0.0
+        timings["cache_lookup"] = timings.get("cache_lookup", 0.0) + lookup_s
+        timings["responses"] = timings.get("responses", 0.0) + responses.wall_s - lookup_s
+        done += len(batch.items)
+        yield batch, responses, scoring
+
+
+def run_model(
+    plan: RunPlan,
+    cache: ResponseCache | None,
+    backend: Backend,
+    results_root: Path,
+    *,
+    read_cache: bool = True,
+    progress: Progress | None = None,
+    prices: PriceList | None = None,
+    before: dict[str, float] | None = None,
+    send_targets: bool = True,
+    known_errors: Mapping[str, ProviderError] | None = None,
+    sent_before: Container[str] = frozenset(),
+    batch_samples: int | None = None,
+) -> CompletedRun:
+    """One model of a spec, batch by batch: responses with the scorers' calls
+    overlapping them, the records scored and streamed into the run directory, the
+    summary's totals kept as they go; then the manifest, the directory put in place and
+    the run added to the history. `before` holds the seconds of the phases the caller
+    ran first (load, plan); the manifest's timings name every phase. With
+    `send_targets=False` (Dagster's scores) no target request is sent: what the cache
+    lacks takes its error from `known_errors`, and the keys in `sent_before` (that step's
+    own calls) are recorded as calls of this run, not as cache hits."""
+    started_at = datetime.now(UTC)
+    prices = prices or load_prices()
+    totals = RunTotals(plan.scorer_names)
+    timings = dict(before or {})
+    for phase in ("plan", "cache_lookup", "responses", "scoring"):
+        timings.setdefault(phase, 0.0)
+    target_backend: Backend = backend if send_targets else NotSent(known_errors or {})
+    execution: dict[str, object] = {}
+    spans = start_run(plan.loaded.spec.name, plan.model, started_at)
+    size = batch_samples or default_batch_samples(plan.repeats)
+
+    def scoring_for(batch: EvalPlan) -> Scoring:
+        return Scoring(
+            batch, cache, backend, read_cache=read_cache, prices=prices, sent_before=sent_before
+        )
+
+    try:
+        with RunDirWriter(results_root) as out:
+            batches = _batches(
+                plan, cache, target_backend, read_cache=read_cache, timings=timings,
+                progress=progress, batch_samples=size, scoring_for=scoring_for,
+            )  # fmt: skip
+            _write(batches, totals, out, timings, execution, spans)
+            summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
+            manifest = build_manifest(
+                plan, execution, totals.served, summary, prices, timings, started_at
+            )
+            run_dir = out.commit(manifest)
+    except BaseException as exc:
+        spans.abort(type(exc).__name__)
+        raise
+    entry = record_run(results_root, manifest, totals, run_dir, out.fingerprint.hexdigest())
+    spans.end(manifest)
+    return CompletedRun(summary, manifest, run_dir, entry, totals)
+
+
+def _write(
+    batches: Iterator[tuple[EvalPlan, Responses, Scoring | None]],
+    totals: RunTotals,
+    out: RunDirWriter,
+    timings: dict[str, float],
+    execution: dict[str, object],
+    spans: RunSpans = NO_SPANS,
+) -> None:
+    """Scores each batch's records, adds them to `totals` and writes them; `execution`
+    takes each batch's."""
+    timings.setdefault("scoring", 0.0)
+    for _batch, responses, scoring in batches:
+        assert scoring is not None
+        started = time.perf_counter()
+        for records in scoring.parts(responses):
+            totals.add_all(records)
+            spans.records(records)
+            timings["scoring"] += time.perf_counter() - started
+            out.write(records)
+            started = time.perf_counter()
+        totals.end_batch()
+        timings["scoring"] += time.perf_counter() - started
+        execution.update(responses.execution)
+
+
+@dataclass
+class FetchedRun:
+    """What a responses step that ran on its own (Dagster's responses asset) hands on:
+    not the responses (they are in the cache, by request key) but their counts, the
+    errors (which the cache does not keep) and a fingerprint of every outcome."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    calls: int = 0
+    errors: dict[str, ProviderError] = field(default_factory=dict)
+    # The keys this step answered by calling the provider: a later step that reads them
+    # from the cache records them as this run's calls (paid), not as cache hits.
+    sent: KeySet = field(default_factory=KeySet)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    wall_s: float = 0.0
+    execution: dict[str, object] = field(default_factory=dict)
+    # An agent's: cases, steps, how its cases stopped.
+    agent: dict[str, int] = field(default_factory=dict)
+    fingerprint: str = ""
+
+
+def fetch_run(
+    plan: RunPlan,
+    cache: ResponseCache | None,
+    backend: Backend,
+    *,
+    read_cache: bool = True,
+    progress: Progress | None = None,
+) -> FetchedRun:
+    """Every response of the plan in the cache (the misses sent), batch by batch."""
+    fetched = FetchedRun()
+    digest = hashlib.sha256()
+    timings: dict[str, float] = {}
+    for batch, responses, _ in _batches(
+        plan, cache, backend, read_cache=read_cache, timings=timings, progress=progress
+    ):
+        digest.update(batch_fingerprint(responses).encode())
+        fetched.errors.update(responses.errors)
+        fetched.calls += responses.calls
+        fetched.execution = {**fetched.execution, **responses.execution}
+        answered = list(responses.responses.values())
+        fetched.input_tokens += sum(r.input_tokens or 0 for r in answered)
+        fetched.output_tokens += sum(r.output_tokens or 0 for r in answered)
+        if responses.trajectories:
+            cases = list(responses.trajectories.values())
+            steps = [c for t in cases for c in t.calls]
+            fetched.sent.add(c.request.key for c in steps if not c.cache_hit)
+            fetched.requests += len(steps)
+            fetched.cache_hits += sum(c.cache_hit for c in steps)
+            stopped = [t.stopped for t in cases]
+            for name, value in (
+                ("cases", len(cases)),
+                ("steps", sum(len(t.steps) for t in cases)),
+                ("thrash", stopped.count("thrash")),
+                ("budget_exhausted", stopped.count("budget_exhausted")),
+                ("cases_with_tool_errors", sum(t.tool_error for t in cases)),
+            ):
+                fetched.agent[name] = fetched.agent.get(name, 0) + value
+        else:
+            fetched.requests += len(batch.unique_requests)
+            fetched.cache_hits += len(responses.cache_hits)
+            fetched.sent.add(k for k in responses.responses if k not in responses.cache_hits)
+    fetched.wall_s = timings.get("cache_lookup", 0.0) + timings.get("responses", 0.0)
+    fetched.fingerprint = digest.hexdigest()
+    return fetched
+
+
+SpecSource = Path | str | Mapping[str, Any] | Spec | LoadedSpec
+IN_MEMORY = "<in-memory spec>"
+PROVIDERS: tuple[str, ...] = get_args(ProviderName)
+
+
+def spec_files(folder: Path) -> list[Path]:
+    """The specs of a folder: its `*.yaml` and `*.yml` files, in name order."""
+    found = sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix in (".yaml", ".yml") and p.is_file() and not p.name.startswith(".")
+    )
+    if not found:
+        raise UsageError(f"{folder}: no spec in this folder (no *.yaml or *.yml file)")
+    return found
+
+
+def as_loaded_spec(spec: SpecSource, base_dir: Path | str | None = None) -> LoadedSpec:
+    """A spec file, or a spec in memory (a mapping with a spec file's keys, or a `Spec`)
+    whose relative paths (dataset, a Python scorer's `file.py:function`, a judge's
+    prompt) are relative to `base_dir` (default: the working directory)."""
+    if isinstance(spec, LoadedSpec):
+        return spec
+    if isinstance(spec, str | Path):
+        return load_spec(spec)
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    where = base / IN_MEMORY
+    if isinstance(spec, Spec):
+        return LoadedSpec(spec=spec, path=where)
+    try:
+        validated = Spec.model_validate(dict(spec), context={"base_dir": base})
+    except ValidationError as exc:
+        errors = [_spec_error(where, err) for err in exc.errors()]
+        raise (errors[0] if len(errors) == 1 else InputErrors(errors)) from None
+    return LoadedSpec(spec=validated, path=where)
+
+
+def _spec_error(where: Path, error: Any) -> InputError:
+    field = ".".join(str(p) for p in error["loc"]) or None
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown key"
+    return InputError(str(where), None, field, message)
+
+
+def resolve_model(
+    spec: Spec,
+    wanted: str | ModelConfig,
+    *,
+    base_url: str | None = None,
+    api_key_env: str | None = None,
+) -> ModelConfig:
+    """A model to run the spec with: a `ModelConfig`; the name of one of the spec's models;
+    `provider/name` (a model the spec need not list, at `base_url` when given; one the spec
+    lists by that provider and name keeps its settings unless `base_url` or `api_key_env`
+    is given); or a name the spec's `watch` matches."""
+    if isinstance(wanted, ModelConfig):
+        return wanted
+    overridden = base_url is not None or api_key_env is not None
+    for listed in spec.models:
+        if not overridden and wanted in (listed.name, f"{listed.provider}/{listed.name}"):
+            return listed
+    provider, slash, _ = wanted.partition("/")
+    if not (slash and provider in PROVIDERS):
+        if overridden:
+            raise UsageError(f"model {wanted!r}: an endpoint is given for provider/name only")
+        return spec.model_named(wanted)  # a name its `watch` matches, or UnknownModel
+    model = parse_model(wanted, base_url=base_url, api_key_env=api_key_env)
+    if model.provider == "anthropic" and spec.params.seed is not None:
+        raise UsageError(f"model {wanted}: spec {spec.name!r} sets seed, which Anthropic lacks")
+    return model
+
+
+def split_model(text: str) -> tuple[str, str]:
+    """`provider/name` -> (provider, name), the provider checked."""
+    provider, slash, name = text.partition("/")
+    if not slash or provider not in PROVIDERS or not name:
+        raise UsageError(
+            f"model {text!r}: expected provider/name, provider one of {', '.join(PROVIDERS)}"
+        )
+    return provider, name
+
+
+def parse_model(
+    text: str, *, base_url: str | None = None, api_key_env: str | None = None
+) -> ModelConfig:
+    """`provider/name` (the name may hold slashes) as a model config."""
+    provider, name = split_model(text)
+    try:
+        return ModelConfig.model_validate(
+            {"provider": provider, "name": name, "base_url": base_url, "api_key_env": api_key_env}
+        )
+    except ValidationError as exc:
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"model {text}: {message}") from None
+
+
+def run_spec(
+    spec: SpecSource,
+    *,
+    models: Sequence[str | ModelConfig] | None = None,
+    base_dir: Path | str | None = None,
+    results_root: Path | str = DEFAULTS.results,
+    cache: Path | str | None = None,
+    backend: str = DEFAULTS.backend,
+    concurrency: int | str = DEFAULTS.concurrency,
+    read_cache: bool = True,
+    repeats: int | None = None,
+) -> list[CompletedRun]:
+    """`gradetrail run` from Python: every model of the spec (or those named), in order.
+
+    `spec` is a spec file, a folder of them (every spec, each with every model named),
+    or a spec in memory (a mapping or a `Spec`, its relative paths under `base_dir`), so
+    a Python file can be an eval of its own: its scorers are `{type: python, ref:
+    "this_file.py:function"}`. `models` are names of the spec's models, `provider/name`
+    for others, or `ModelConfig`s. Every spec's input is checked before any call."""
+    from gradetrail_lib.backends import build_backend
+    from gradetrail_lib.engine.plan import plan as make_plan
+
+    if isinstance(spec, str | Path) and Path(spec).is_dir():
+        sources: list[SpecSource] = list(spec_files(Path(spec)))
+    else:
+        sources = [spec]
+    specs = []
+    for source in sources:
+        loaded = as_loaded_spec(source, base_dir).with_repeats(repeats)
+        chosen = [resolve_model(loaded.spec, m) for m in models or []] or loaded.spec.models
+        specs += [(loaded, m) for m in chosen]
+    # Every input error before any call: a single plan's run checks it before its first.
+    plans = [make_plan(loaded, m) for loaded, m in specs]
+    sender = build_backend(backend, concurrency=concurrency)
+    response_cache = ResponseCache(Path(cache) if cache else default_cache_path())
+    with sender.session():
+        return [
+            run_model(p, response_cache, sender, Path(results_root), read_cache=read_cache)
+            for p in plans
+        ]

@@ -1,0 +1,247 @@
+"""A run's running totals: what its summary and its statistics need from the records,
+gathered one record at a time and kept in arrays, so that a run of a million samples
+holds a few bytes a record rather than the records.
+
+`RunTotals.add` takes the records as a run writes them (in plan order, where the repeats
+of a case come one after another); `RunTotals.of` takes any records (a run directory's,
+records in memory) and groups each case's together first. The summary, the per-scorer
+statistics and pass@k are all worked out from these totals, whichever way they came.
+"""
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.results.trace import OUTCOMES, CallTotals, ModelCall, Role, TraceRecord
+
+NAN = math.nan
+
+
+@dataclass
+class CallCounter:
+    """The calls of one role (or of one scorer's): distinct requests sent, cache hits,
+    errors, tokens, the cost of every answered call and of this run's own. A cost that
+    is unknown (no price) makes its total unknown: a partial sum would understate it."""
+
+    # The distinct keys sent in the batch going on, and those sent in earlier batches: a
+    # key is sent once a batch (its samples share the answer) and a later batch finds it
+    # in the cache, so only a batch's keys need to be held (a run without the cache that
+    # sends a key in two batches sent it twice).
+    sent: set[str] = field(default_factory=set)
+    sent_before: int = 0
+    cache_hits: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = 0.0
+    paid: float | None = 0.0
+
+    def add(self, call: ModelCall) -> None:
+        if call.cache_hit:
+            self.cache_hits += 1
+        else:
+            self.sent.add(call.request_key)
+        if call.error is not None:
+            self.errors += 1
+            return
+        self.input_tokens += call.input_tokens or 0
+        self.output_tokens += call.output_tokens or 0
+        cost = call.cost_usd
+        self.cost = None if cost is None or self.cost is None else self.cost + cost
+        if not call.cache_hit:
+            self.paid = None if cost is None or self.paid is None else self.paid + cost
+
+    def end_batch(self) -> None:
+        self.sent_before += len(self.sent)
+        self.sent.clear()
+
+    def totals(self) -> CallTotals:
+        return CallTotals(
+            calls=self.sent_before + len(self.sent),
+            cache_hits=self.cache_hits,
+            errors=self.errors,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cost_usd=self.cost,
+            cost_paid_usd=self.paid,
+        )
+
+
+def call_totals(
+    records: Iterable[TraceRecord], role: Role, scorer: str | None = None
+) -> CallTotals:
+    """Calls of one role (of one scorer's, when named) in `records`. `calls` counts
+    distinct requests this run sent (samples that render alike share one); a cache hit's
+    cost was paid by an earlier run."""
+    counter = CallCounter()
+    for record in records:
+        for call in record.calls:
+            if call.role == role and (scorer is None or call.scorer == scorer):
+                counter.add(call)
+    return counter.totals()
+
+
+class RunTotals:
+    """Running totals of a run's records, per scorer in spec order."""
+
+    def __init__(self, scorers: Sequence[str]) -> None:
+        self.scorers = list(scorers)
+        self.samples = 0
+        self.outcomes: Counter[str] = Counter()
+        self.failure_modes: Counter[str] = Counter()
+        self.truncated = 0
+        # Per scorer, per record: the score, NaN where unscored; and the scorer errors.
+        self._scores = {name: array("d") for name in self.scorers}
+        self.errors = {name: 0 for name in self.scorers}
+        # Per scorer, its errors by kind (scorer_error, judge_error, ...).
+        self.error_kinds: dict[str, Counter[str]] = {name: Counter() for name in self.scorers}
+        self.answered = 0  # records with a response
+        # Per record, its case's number (a case's records come one after another); only
+        # once a case has a second record: until then a record's case is its position.
+        self._case: array[int] | None = None
+        self._last_id: str | None = None
+        self.cases = 0
+        self.repeated = False
+        self.target = CallCounter()
+        self.judge = CallCounter()
+        # The judge calls of each scorer (a call's `scorer`), as `judge` counts them all.
+        self.judges: dict[str, CallCounter] = {}
+        self.target_calls = 0  # each step of an agent's case is one
+        # Seconds per answered target call (a cache hit keeps the latency it was paid at).
+        self.latencies = array("d")
+        self.served: set[str] = set()
+        # Each case's id, kept only for records in memory (`of`): a streamed run's would
+        # be a string a sample.
+        self.case_ids: list[str] | None = None
+
+    @classmethod
+    def of(cls, records: Iterable[TraceRecord], scorers: Sequence[str]) -> "RunTotals":
+        """The totals of records in any order: a case's records are grouped first."""
+        listed = list(records)
+        totals = cls(scorers)
+        totals.case_ids = []
+        if any(r.repeat for r in listed):
+            groups: dict[str, list[TraceRecord]] = {}
+            for record in listed:
+                groups.setdefault(record.id, []).append(record)
+            listed = [r for group in groups.values() for r in group]
+        totals.add_all(listed)
+        return totals
+
+    def add_batch(self, records: Iterable[TraceRecord]) -> None:
+        """A batch of a run's records (see `CallCounter.sent`)."""
+        self.add_all(records)
+        self.end_batch()
+
+    def end_batch(self) -> None:
+        """The records added since the last batch were a batch (`add_all` them first)."""
+        self.target.end_batch()
+        self.judge.end_batch()
+        for counter in self.judges.values():
+            counter.end_batch()
+
+    def add_all(self, records: Iterable[TraceRecord]) -> None:
+        for record in records:
+            self.add(record)
+
+    def add(self, record: TraceRecord) -> None:
+        self.samples += 1
+        self.outcomes[record.outcome] += 1
+        if record.failure_mode:
+            self.failure_modes[record.failure_mode] += 1
+        if record.truncated:
+            self.truncated += 1
+        new_case = record.id != self._last_id
+        if new_case:
+            self.cases += 1
+            self._last_id = record.id
+            if self.case_ids is not None:
+                self.case_ids.append(record.id)
+        if self._case is None and not new_case:
+            self._case = array("l", range(self.samples - 1))
+        if self._case is not None:
+            self._case.append(self.cases - 1)
+        if record.repeat:
+            self.repeated = True
+        answered = record.response is not None
+        self.answered += answered
+        scores = record.scores
+        for name in self.scorers:
+            entry = scores.get(name)
+            if entry is None:
+                self._scores[name].append(NAN)
+                continue
+            if entry.error is not None:
+                self.errors[name] += 1
+                self.error_kinds[name][entry.error] += 1
+            score = entry.score
+            self._scores[name].append(score if score is not None and answered else NAN)
+        for call in record.calls:
+            if call.role == "target":
+                self.target_calls += 1
+                self.target.add(call)
+                if call.latency_s is not None and call.error is None:
+                    self.latencies.append(call.latency_s)
+                if call.served_model:
+                    self.served.add(call.served_model)
+            else:
+                self.judge.add(call)
+                if call.scorer is not None:
+                    self.judge_of(call.scorer).add(call)
+
+    def judge_of(self, scorer: str) -> CallCounter:
+        """The judge calls of one scorer (none counted yet: an empty counter)."""
+        counter = self.judges.get(scorer)
+        if counter is None:
+            counter = self.judges[scorer] = CallCounter()
+        return counter
+
+    # -- what the statistics read
+
+    def outcome_counts(self) -> dict[str, int]:
+        """Records per outcome, every outcome named (0 when none)."""
+        return {k: self.outcomes.get(k, 0) for k in OUTCOMES}
+
+    def failure_mode_counts(self) -> dict[str, int]:
+        """Records per failure mode, the modes that occur, by name."""
+        return dict(sorted(self.failure_modes.items()))
+
+    def scores(self, scorer: str) -> list[float]:
+        """The scored records' scores, in order."""
+        return [s for s in self._scores[scorer] if s == s]  # NaN != NaN
+
+    def passed(self, scorer: str, threshold: float = DEFAULT_THRESHOLD) -> int:
+        return sum(1 for s in self._scores[scorer] if s >= threshold)  # NaN compares False
+
+    def clustered(self) -> bool:
+        """Whether some case has more than one record (then intervals resample cases)."""
+        return self.repeated and self.cases < self.samples
+
+    def _cases(self) -> Sequence[int]:
+        return self._case if self._case is not None else range(self.samples)
+
+    def case_passes(self, scorer: str, threshold: float = DEFAULT_THRESHOLD) -> list[list[bool]]:
+        """Per case, each record's pass (an unscored record fails)."""
+        groups: list[list[bool]] = [[] for _ in range(self.cases)]
+        for case, score in zip(self._cases(), self._scores[scorer], strict=True):
+            groups[case].append(score >= threshold)
+        return groups
+
+    def case_scores(self, scorer: str) -> list[list[float]]:
+        """Per case, its scored records' scores (empty for a case with none scored)."""
+        groups: list[list[float]] = [[] for _ in range(self.cases)]
+        for case, score in zip(self._cases(), self._scores[scorer], strict=True):
+            if score == score:
+                groups[case].append(score)
+        return groups
+
+
+# Records in memory, or the totals a run gathered as it wrote them.
+Totalled = Iterable[TraceRecord] | RunTotals
+
+
+def totals_of(data: Totalled, scorers: Sequence[str]) -> RunTotals:
+    return data if isinstance(data, RunTotals) else RunTotals.of(data, scorers)

@@ -1,0 +1,438 @@
+"""The trace record: one per sample, the only contract between the runner and every reader
+(stats, compare, gate, cost, report, the Dagster assets), and the run manifest.
+
+`results.jsonl` holds one `TraceRecord` per line and `manifest.json` one `Manifest`, both
+versioned by `schema_version` and validated on read with unknown fields rejected; a bad
+line is reported as `path:line: field: message`. Records are written and read as a stream
+(`RecordWriter`, `iter_records`), so no reader needs a whole run in memory.
+
+Records are standard dataclasses that pydantic validates (`TypeAdapter`) rather than
+pydantic models: a run builds one per sample, and a model's validating `__init__` cost
+~26 us per record here against ~7 us for the dataclasses (and `model_construct` ~29 us);
+reading back validates every field either way.
+"""
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+
+from gradetrail_lib.errors import InputError
+from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
+
+SCHEMA_VERSION = 2
+
+Role = Literal["target", "judge"]
+Outcome = Literal["scored", "provider_error", "scorer_error", "judge_error"]
+FailureMode = Literal[
+    "wrong_answer",
+    "truncated",
+    "provider_error",
+    "scorer_error",
+    "judge_error",
+    # An agent's (a spec with tools): a tool raised or had no scripted result; the same
+    # call again with nothing new observed; still calling tools when the budget ran out.
+    "tool_error",
+    "thrash",
+    "budget_exhausted",
+]
+ScoreErrorKind = Literal["scorer_error", "judge_error"]
+OUTCOMES: tuple[Outcome, ...] = ("scored", "provider_error", "scorer_error", "judge_error")
+FAILURE_MODES: tuple[FailureMode, ...] = get_args(FailureMode)
+# Failure modes only an agent (a spec with tools) has, and those that stop its case early.
+AGENT_FAILURE_MODES: tuple[FailureMode, ...] = ("tool_error", "thrash", "budget_exhausted")
+AGENT_STOPS: tuple[FailureMode, ...] = ("thrash", "budget_exhausted")
+
+_FORBID = ConfigDict(extra="forbid")
+_OLD_FORMAT = (
+    "written by an older gradetrail (results without schema_version); re-run the spec to "
+    "rewrite it: its responses are in the cache, so the re-run makes no model call"
+)
+
+
+# Not frozen, for speed: a run builds these per sample (see the module docstring).
+@dataclass
+class ModelCall:
+    """One model call made for a sample: the target's answer, or a judge's grading."""
+
+    __pydantic_config__ = _FORBID
+
+    role: Role
+    request_key: str
+    provider: str
+    model: str
+    served_model: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    latency_s: float | None
+    cost_usd: float | None
+    cache_hit: bool
+    stop_reason: str | None
+    # The judge scorer this call belongs to (None for the target's call).
+    scorer: str | None = None
+    # A judge's whole output (the target's answer is the record's `response`).
+    text: str | None = None
+    # Why the call finally failed (then there is no usage).
+    error: str | None = None
+
+
+@dataclass
+class ScoreEntry:
+    """One scorer's verdict on one sample; `error` says why there is no score."""
+
+    __pydantic_config__ = _FORBID
+
+    score: float | None
+    reason: str
+    error: ScoreErrorKind | None = None
+
+
+@dataclass
+class ToolResult:
+    """One tool call of an agent step and what came of it."""
+
+    __pydantic_config__ = _FORBID
+
+    tool_call_id: str
+    name: str
+    arguments: dict[str, Any]
+    # What the model was shown (a tool's result as text, or the error).
+    content: str
+    error: str | None = None
+    # Documents the result carried ([{"id", "text"}]), in order, for retrieval metrics.
+    documents: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class AgentStep:
+    """One model call of an agent's trajectory: what it said, the tools it called and
+    what they returned, with the call's key, usage, latency and cache hit."""
+
+    __pydantic_config__ = _FORBID
+
+    index: int
+    request_key: str
+    content: str
+    tool_calls: list[dict[str, Any]]
+    tool_results: list[ToolResult]
+    input_tokens: int | None
+    output_tokens: int | None
+    latency_s: float | None
+    cache_hit: bool
+    stop_reason: str | None
+    error: str | None = None
+
+
+@dataclass
+class Retrieval:
+    """What a sample says about retrieval (gradetrail_lib.analysis.retrieval): the ids of the
+    documents relevant to it (`relevant_context_ids`) and the scripted support verdicts of
+    documents an answer may cite (`citation_support`, document id -> supported)."""
+
+    __pydantic_config__ = _FORBID
+
+    relevant_ids: list[str] = field(default_factory=list)
+    support: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class TraceRecord:
+    __pydantic_config__ = _FORBID
+
+    schema_version: int
+    id: str
+    repeat: int
+    messages: list[dict[str, Any]]
+    calls: list[ModelCall]
+    response: str | None
+    stop_reason: str | None
+    scores: dict[str, ScoreEntry]
+    outcome: Outcome
+    failure_mode: FailureMode | None
+    # An agent's steps (a spec with tools); empty for a single request.
+    trajectory: list[AgentStep] = field(default_factory=list)
+    # The sample's relevant document ids and scripted citation verdicts, when it has any.
+    retrieval: Retrieval | None = None
+
+    # The figures statistics read. A sample without a response scores nothing on any
+    # scorer; one whose scorer failed scores nothing on that scorer.
+    def score_of(self, scorer: str) -> float | None:
+        entry = self.scores.get(scorer)
+        return entry.score if entry is not None and self.response is not None else None
+
+    def scored(self, scorer: str) -> bool:
+        return self.score_of(scorer) is not None
+
+    def passes(self, scorer: str, threshold: float = DEFAULT_THRESHOLD) -> bool:
+        """Unscored samples never pass: no answer is not a right answer, and dropping
+        them would flatter a model that errors on hard cases."""
+        score = self.score_of(scorer)
+        return score is not None and score >= threshold
+
+    def value(self, scorer: str) -> float:
+        """The score where every sample needs a number (paired differences): an unscored
+        sample counts as 0, consistently with `passes`."""
+        score = self.score_of(scorer)
+        return 0.0 if score is None else score
+
+    def error_of(self, scorer: str) -> ScoreErrorKind | None:
+        entry = self.scores.get(scorer)
+        return entry.error if entry is not None else None
+
+    @property
+    def answered(self) -> bool:
+        return self.response is not None
+
+    @property
+    def truncated(self) -> bool:
+        return self.failure_mode == "truncated" or self.stop_reason == "max_tokens"
+
+    def calls_of(self, role: Role) -> Iterator[ModelCall]:
+        return (c for c in self.calls if c.role == role)
+
+    @property
+    def target(self) -> ModelCall | None:
+        return next(self.calls_of("target"), None)
+
+
+@cache
+def record_adapter() -> TypeAdapter[TraceRecord]:
+    """Built when first needed (~20 ms): a command that reads no record skips it."""
+    return TypeAdapter(TraceRecord)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SpecInfo(_Model):
+    name: str
+    path: str
+    hash: str
+
+
+class DatasetInfo(_Model):
+    path: str
+    hash: str
+
+
+class ScorerInfo(_Model):
+    name: str
+    type: str
+    # Covers the scorer's config and every file it reads: equal hashes score alike.
+    hash: str
+
+
+class ModelInfo(_Model):
+    requested: str
+    provider: str
+    base_url: str | None
+    served: list[str]
+
+
+class GitInfo(_Model):
+    sha: str | None
+    dirty: bool | None
+
+
+class PricingInfo(_Model):
+    version: str
+    effective_date: str
+
+
+class CallTotals(_Model):
+    """The calls of one role (target or judge) in a run."""
+
+    calls: int = 0  # sent by this run
+    cache_hits: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0  # every answered call, cache hits included
+    cost_paid_usd: float | None = 0.0  # this run's own calls only
+
+    @property
+    def reused_usd(self) -> float | None:
+        """What the cached responses this run reused had cost (unknown with any price)."""
+        if self.cost_usd is None:
+            return None
+        return self.cost_usd - (self.cost_paid_usd or 0.0)
+
+
+class ScorerFigures(_Model):
+    type: str
+    n: int
+    scored: int
+    errors: int
+    mean: float | None
+    passed: int
+    # With repeats: the mean over cases of pass@k (Chen et al.'s unbiased estimator) and
+    # of pass^k (all k pass), for k = 1..repeats; empty without repeats.
+    pass_at_k: dict[int, float] = Field(default_factory=dict)
+    pass_hat_k: dict[int, float] = Field(default_factory=dict)
+
+
+class Manifest(_Model):
+    schema_version: int
+    identity: str
+    spec: SpecInfo
+    dataset: DatasetInfo
+    scorers: list[ScorerInfo] = Field(min_length=1)  # the first is the primary one
+    scorer_hash: str
+    scorer_files: dict[str, str]
+    judge_hashes: dict[str, str]
+    requests_hash: str
+    model: ModelInfo
+    git: GitInfo
+    gradetrail_version: str
+    execution: dict[str, JsonValue]
+    started_at: str
+    finished_at: str
+    timings_s: dict[str, float]
+    samples: int
+    outcomes: dict[str, int]
+    failure_modes: dict[str, int]
+    scores: dict[str, ScorerFigures]
+    target: CallTotals
+    judge: CallTotals
+    pricing: PricingInfo
+    warnings: list[str]
+    # How many times each sample was run (its records are (id, repeat) for 0..repeats-1).
+    repeats: int = 1
+
+    @property
+    def primary_scorer(self) -> str:
+        return self.scorers[0].name
+
+    @property
+    def scorer_names(self) -> list[str]:
+        return [s.name for s in self.scorers]
+
+    def scorer(self, name: str) -> ScorerInfo:
+        for info in self.scorers:
+            if info.name == name:
+                return info
+        raise KeyError(f"no scorer {name!r} in this run (scorers: {', '.join(self.scorer_names)})")
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.name}/{self.model.requested}"
+
+
+def _field_of(loc: tuple[int | str, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+
+
+def _message(error: Any) -> str:
+    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        return "unknown field"
+    if error["type"] in ("missing", "missing_argument"):
+        return "missing"
+    return str(error["msg"])
+
+
+def _input_error(path: Path, line: int | None, exc: ValidationError) -> InputError:
+    errors = exc.errors()
+    first = errors[0]
+    if any(
+        e["type"] in ("missing", "missing_argument") and tuple(e["loc"]) == ("schema_version",)
+        for e in errors
+    ):
+        return InputError(str(path), line, None, _OLD_FORMAT)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    field = _field_of(tuple(first["loc"])) or None
+    return InputError(str(path), line, field, _message(first) + more)
+
+
+def _check_version(path: Path, line: int | None, version: int) -> None:
+    if version != SCHEMA_VERSION:
+        raise InputError(
+            str(path),
+            line,
+            "schema_version",
+            f"format {version} is not this gradetrail's ({SCHEMA_VERSION}); re-run the spec "
+            "(its responses are in the cache, so the re-run makes no model call)",
+        )
+
+
+def parse_record(line: bytes | str, path: Path, number: int) -> TraceRecord:
+    try:
+        record = record_adapter().validate_json(line)
+    except ValidationError as exc:
+        raise _input_error(path, number, exc) from None
+    _check_version(path, number, record.schema_version)
+    return record
+
+
+def iter_records(path: Path) -> Iterator[TraceRecord]:
+    """The records of a results.jsonl file, one at a time, each validated."""
+    with open(path, "rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                yield parse_record(line, path, number)
+
+
+def record_json(record: TraceRecord) -> bytes:
+    return record_adapter().dump_json(record)
+
+
+WRITE_BUFFER = 1 << 20
+
+
+class RecordWriter:
+    """Writes records to a results.jsonl file as they come (a stream, not a list)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # The serializer itself: TypeAdapter.dump_json's wrapper adds a third (0.55 us).
+        self._dump = record_adapter().serializer.to_json
+        # A large buffer: with the default 8 KiB, writing 100,000 records of ~650 bytes
+        # took 0.19 s of system calls, with 1 MiB 0.04 s (docs/performance.md).
+        self._out = open(path, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 (closed by close() / __exit__)
+
+
+    def write(self, records: Iterable[TraceRecord]) -> None:
+        """Records, a line each (a part of a batch at a time: joined, one write)."""
+        dump = self._dump
+        self._out.write(b"".join([dump(record) + b"\n" for record in records]))
+
+    def close(self) -> None:
+        self._out.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def parse_manifest(text: str, path: Path) -> Manifest:
+    try:
+        manifest = Manifest.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        line = None
+        if first["type"] == "json_invalid":
+            return _raise_json(path, text)
+        raise _input_error(path, line, exc) from None
+    _check_version(path, None, manifest.schema_version)
+    return manifest
+
+
+def _raise_json(path: Path, text: str) -> Manifest:
+    import json
+
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(str(path), exc.lineno, None, f"not valid JSON: {exc.msg}") from None
+    raise InputError(str(path), None, None, "not valid JSON")

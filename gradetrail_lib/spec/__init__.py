@@ -1,0 +1,1 @@
+"""The eval spec: its models, loading with line numbers, prompts and identity."""

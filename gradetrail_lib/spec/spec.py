@@ -1,0 +1,329 @@
+"""The eval spec: a YAML file validated with pydantic, unknown keys rejected."""
+
+import fnmatch
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from gradetrail_lib.agents.tools import ToolConfig
+from gradetrail_lib.config import ModelConfig, Params, ProviderName, Strict, check_template
+from gradetrail_lib.errors import InputError, InputErrors, UnknownModel
+from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
+from gradetrail_lib.scorers.registry import config_types
+from gradetrail_lib.spec.yaml_lines import Location, YamlDocument, load_yaml
+
+__all__ = [
+    "AnyScorer",
+    "DatasetRef",
+    "LoadedSpec",
+    "ModelConfig",
+    "Params",
+    "ProviderName",
+    "Spec",
+    "Watch",
+    "load_spec",
+]
+
+
+# The spec's scorer entry: any registered scorer type, told apart by `type` (built from
+# the registry at import; to the type checker, their common base).
+if TYPE_CHECKING:
+    AnyScorer = ScorerBase
+else:
+    AnyScorer = Annotated[Union[config_types()], Field(discriminator="type")]  # noqa: UP007
+
+
+class DatasetRef(Strict):
+    """A file (`path`, with an optional `format`) or a Hugging Face dataset (`hf`, with
+    `split` and the `revision` commit, so a run reads the same rows again), one of them.
+    Unset keys are left out of the spec hash, so a `{path: ...}` spec keeps its hash."""
+
+    path: str | None = Field(
+        default=None, description="JSONL, CSV or Parquet file, relative to the spec's folder."
+    )
+    format: Literal["jsonl", "csv", "parquet"] | None = Field(
+        default=None, description="The file's format; by default from its suffix, else JSONL."
+    )
+    hf: str | None = Field(default=None, min_length=1, description="Hugging Face repo id.")
+    config: str | None = Field(default=None, min_length=1)
+    split: str | None = Field(default=None, min_length=1)
+    revision: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{40}$", description="The dataset repo's commit sha."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DatasetRef":
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("give path (a file) or hf (a Hugging Face dataset), one of them")
+        if self.path is not None:
+            extra = [k for k in ("config", "split", "revision") if getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: only with hf")
+        else:
+            if self.format is not None:
+                raise ValueError("format: only with path")
+            missing = [k for k in ("split", "revision") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(
+                    f"hf needs {' and '.join(missing)} (revision: the commit sha, so a run "
+                    "is reproducible)"
+                )
+        return self
+
+    @property
+    def label(self) -> str:
+        """How the dataset is named in errors, manifests and descriptions."""
+        if self.path is not None:
+            return self.path
+        return f"hf:{self.hf}:{self.config or 'default'}:{self.split}@{self.revision}"
+
+
+class Watch(Strict):
+    provider: Literal["anthropic", "openai", "openai_compatible"]
+    match: str = Field(min_length=1, description="fnmatch pattern over model ids")
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+
+class MessageTemplate(Strict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+    @field_validator("content")
+    @classmethod
+    def _check_content(cls, content: str) -> str:
+        return check_template(content)
+
+
+class Spec(Strict):
+    """`models:` (or one `model:`) and `scorers:` (or one `scorer:`, named `score`); after
+    validation `models` and `scorers` hold them either way, the first scorer primary."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str | None = None
+    dataset: DatasetRef
+    system: str | None = None
+    # One user prompt, or a chat of templates (`messages:`), exactly one of them.
+    prompt: str | None = None
+    messages: list[MessageTemplate] | None = Field(default=None, min_length=1)
+    # An agent: the tools offered, and how many model calls a case may make.
+    tools: list[ToolConfig] | None = Field(default=None, min_length=1)
+    tool_choice: Literal["auto", "required", "none"] = "auto"
+    step_budget: int = Field(default=8, ge=1, le=100)
+    models: list[ModelConfig] = Field(default_factory=list)
+    model: ModelConfig | None = None
+    params: Params = Field(default_factory=Params)
+    scorers: list[AnyScorer] = Field(default_factory=list)
+    scorer: AnyScorer | None = None
+    # Each (sample, repeat) is a sample of its own; repeat 0 keeps the plain request key.
+    repeats: int = Field(default=1, ge=1)
+    watch: Watch | None = None
+
+    # Field validators so each error names its field and line and is reported with the others.
+    @field_validator("prompt", "system")
+    @classmethod
+    def _check_templates(cls, source: str | None) -> str | None:
+        return None if source is None else check_template(source)
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[ToolConfig] | None) -> list[ToolConfig] | None:
+        names = [t.name for t in tools or []]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tool names must be unique: {', '.join(dupes)}")
+        return tools
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
+        if not models:  # given and empty (absent, `model:` may stand for it)
+            raise ValueError("List should have at least 1 item")
+        names = [m.name for m in models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"model names must be unique (each is a partition): {dupes}")
+        return models
+
+    @field_validator("scorers")
+    @classmethod
+    def _named_scorers(cls, scorers: list[ScorerBase]) -> list[ScorerBase]:
+        if not scorers:
+            raise ValueError("List should have at least 1 item")
+        unnamed = [i for i, s in enumerate(scorers) if "name" not in s.model_fields_set]
+        if unnamed:
+            raise ValueError(f"every entry of scorers needs a name (entry {unnamed[0]} has none)")
+        names = [s.name for s in scorers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"scorer names must be unique: {', '.join(dupes)}")
+        for i, config in enumerate(scorers):
+            config._where = f"scorers[{i}]"
+        return scorers
+
+    @model_validator(mode="after")
+    def _one_of_each(self) -> "Spec":
+        # Normalised in place (the model is frozen to its users, not to its validator);
+        # idempotent, since a LoadedSpec validates the instance again.
+        if self.model is not None and self.models != [self.model]:
+            if self.models:
+                raise ValueError("give models (a list) or model (one mapping), not both")
+            object.__setattr__(self, "models", [self.model])
+        if not self.models:
+            raise ValueError("give models (a list) or model (one mapping)")
+        if self.scorer is not None and self.scorers != [self.scorer]:
+            if self.scorers:
+                raise ValueError("give scorers (a list) or scorer (one mapping), not both")
+            object.__setattr__(self, "scorers", [self.scorer])  # named `score` by default
+        if not self.scorers:
+            raise ValueError("give scorers (a list) or scorer (one mapping)")
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give prompt (one user message) or messages (a chat), one of them")
+        if self.messages is not None and self.system is not None:
+            raise ValueError("with messages, write the system message among them")
+        return self
+
+    @property
+    def primary_scorer(self) -> str:
+        return self.scorers[0].name
+
+    @field_validator("params")
+    @classmethod
+    def _params_fit_providers(cls, params: Params, info: ValidationInfo) -> Params:
+        # A parameter a provider does not take would be rejected on every request.
+        providers = {m.provider for m in info.data.get("models", [])}
+        if params.seed is not None and "anthropic" in providers:
+            raise ValueError("seed is not a parameter of the Anthropic Messages API")
+        return params
+
+    def model_named(self, name: str) -> ModelConfig:
+        """A model of the spec, or one its `watch` found (same provider settings);
+        `UnknownModel` otherwise."""
+        for m in self.models:
+            if m.name == name:
+                return m
+        if self.watch is not None and fnmatch.fnmatchcase(name, self.watch.match):
+            return ModelConfig(
+                provider=self.watch.provider,
+                name=name,
+                base_url=self.watch.base_url,
+                api_key_env=self.watch.api_key_env,
+            )
+        known = ", ".join(m.name for m in self.models)
+        raise UnknownModel(f"spec {self.name!r} has no model {name!r} (models: {known})")
+
+
+class LoadedSpec(BaseModel):
+    """A validated spec plus where it came from (paths in it are relative to `base_dir`)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    spec: Spec
+    path: Path
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolve(self, relative: str) -> Path:
+        return (self.base_dir / relative).resolve()
+
+    def with_repeats(self, repeats: int | None) -> "LoadedSpec":
+        """The spec with `repeats` set (a command-line override): it is part of the spec's
+        hash, so a run with other repeats has another identity."""
+        if repeats is None or repeats == self.spec.repeats:
+            return self
+        if repeats < 1:
+            raise InputError("--repeats", None, None, "must be at least 1")
+        spec = self.spec.model_copy(update={"repeats": repeats})
+        return LoadedSpec(spec=spec, path=self.path)
+
+
+def _describe(doc: YamlDocument, loc: tuple[int | str, ...]) -> tuple[str, int | None]:
+    """The field path as the user wrote it and its line.
+
+    pydantic puts a discriminated union's tag into `loc` (`scorer.regex.pattern`); a tag is
+    dropped, and a key the user left out is named under its parent, on the parent's line.
+    """
+    kept: Location = ()
+    named: list[str | int] = []
+    for part in loc:
+        candidate = (*kept, part)
+        if doc.has(candidate):
+            kept = candidate
+            named.append(part)
+            continue
+        parent = doc.value_at(kept)
+        if isinstance(parent, dict) and parent.get("type") == part:
+            continue
+        named.append(part)
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in named).lstrip(".")
+    return field, doc.line_of(kept)
+
+
+def load_spec(path: Path | str) -> LoadedSpec:
+    path = Path(path)
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise InputError(str(path), 1, None, "a spec must be a YAML mapping")
+    try:
+        # The context lets scorers check the files they name (a Python scorer's function,
+        # a judge's prompt) against the spec's folder, so a missing one is a load error.
+        spec = Spec.model_validate(doc.data, context={"base_dir": path.parent})
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors():
+            field, line = _describe(doc, tuple(err["loc"]))
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            errors.append(InputError(str(path), line, field or None, message))
+        errors.sort(key=lambda e: e.line or 0)
+        raise (errors[0] if len(errors) == 1 else InputErrors(errors)) from None
+    _refuse_self_judging(spec, doc, path)
+    return LoadedSpec(spec=spec, path=path)
+
+
+def self_judging(spec: Spec, judge: ModelConfig) -> list[ModelConfig]:
+    """The spec's models a judge model would grade itself on (same provider and name)."""
+    return [m for m in spec.models if (m.provider, m.name) == (judge.provider, judge.name)]
+
+
+def _refuse_self_judging(spec: Spec, doc: YamlDocument, path: Path) -> None:
+    errors = []
+    listed = "scorer" if doc.has(("scorer",)) else "scorers"
+    for i, config in enumerate(spec.scorers):
+        judge = getattr(config, "model", None)
+        if not isinstance(judge, ModelConfig) or getattr(config, "force_same_model", False):
+            continue
+        where: Location = ("scorer",) if listed == "scorer" else ("scorers", i)
+        if self_judging(spec, judge):
+            field = f"{'scorer' if listed == 'scorer' else f'scorers[{i}]'}.model"
+            errors.append(
+                InputError(
+                    str(path),
+                    doc.line_of((*where, "model")) or doc.line_of(where),
+                    field,
+                    f"the judge {judge.provider}/{judge.name} is a model under test and would "
+                    "grade itself; use another judge, or set force_same_model: true",
+                )
+            )
+    if errors:
+        raise errors[0] if len(errors) == 1 else InputErrors(errors)
+
+
+def spec_document_fields(spec: Spec) -> dict[str, Any]:
+    """The spec as canonical data (aliases used), the input of the spec hash. `model:` and
+    `scorer:` are folded into `models` and `scorers`, so a shorthand hashes as its list."""
+    return spec.model_dump(
+        mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer"}
+    )

@@ -1,0 +1,1 @@
+"""OpenTelemetry spans of a run (the optional extra `otel`)."""
