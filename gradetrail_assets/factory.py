@@ -37,11 +37,10 @@ from gradetrail_assets.tables import (
 from gradetrail_lib.analysis.stats import run_stats
 from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset, plan
 from gradetrail_lib.engine.run import FetchedRun, fetch_run, run_model
-from gradetrail_lib.engine.rundir import RESULTS_FILE
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.providers.pricing import load_prices
 from gradetrail_lib.report.html import write_report
-from gradetrail_lib.results.runs import load_run
+from gradetrail_lib.results.runs import RESULTS_FILE, load_run
 from gradetrail_lib.results.trace import iter_records
 from gradetrail_lib.spec.identity import scorer_hash, spec_requests_hash
 from gradetrail_lib.spec.spec import LoadedSpec

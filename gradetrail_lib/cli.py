@@ -11,7 +11,7 @@ import gc
 import sys
 from collections.abc import Sequence
 
-import gradetrail_lib
+from gradetrail_lib._version import __version__
 from gradetrail_lib.commands import (
     compare,
     cost,
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gradetrail", description="LLM evals as tests: cached, reproducible, defensible."
     )
-    parser.add_argument("--version", action="version", version=gradetrail_lib.__version__)
+    parser.add_argument("--version", action="version", version=__version__)
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.register(commands)

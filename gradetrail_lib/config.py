@@ -2,12 +2,9 @@
 model and its sampling parameters. (Scorer configs live with their scorers, and the spec
 assembles them, so this module is the one both import.)"""
 
-from typing import Literal
 
 import jinja2
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
-
-ProviderName = Literal["anthropic", "openai", "openai_compatible", "local", "scripted"]
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 
 class Strict(BaseModel):
@@ -41,37 +38,3 @@ class Params(Strict):
         if clash:
             raise ValueError(f"{', '.join(clash)} cannot be set through extra")
         return extra
-
-
-class ModelConfig(Strict):
-    provider: ProviderName
-    name: str = Field(min_length=1)
-    base_url: str | None = None
-    api_key_env: str | None = Field(
-        default=None, description="Environment variable holding the key (never the key)."
-    )
-    # Provider `scripted` only: the answer is this sample field, or this fixed text.
-    answer_field: str | None = None
-    text: str | None = None
-
-    @model_validator(mode="after")
-    def _check_endpoint(self) -> "ModelConfig":
-        scripted = (self.answer_field, self.text)
-        if self.provider == "scripted":
-            if self.base_url is not None:
-                raise ValueError("scripted models answer in-process; remove base_url")
-            if sum(x is not None for x in scripted) != 1:
-                raise ValueError("scripted needs exactly one of answer_field, text")
-        elif any(x is not None for x in scripted):
-            raise ValueError("answer_field and text are settings of provider scripted only")
-        if self.provider == "openai_compatible" and not self.base_url:
-            raise ValueError("openai_compatible needs base_url")
-        if self.provider == "local":
-            from gradetrail_lib.providers.local_server import LOCAL_MODELS
-
-            if self.base_url is not None:
-                raise ValueError("local models start their own server; remove base_url")
-            if self.name not in LOCAL_MODELS:
-                known = ", ".join(sorted(LOCAL_MODELS))
-                raise ValueError(f"unknown local model {self.name!r} (known: {known})")
-        return self

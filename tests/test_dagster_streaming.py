@@ -20,8 +20,7 @@ from gradetrail_lib import run_spec
 from gradetrail_lib.analysis.stats import run_stats
 from gradetrail_lib.analysis.summary import summarize
 from gradetrail_lib.engine.run import CompletedRun
-from gradetrail_lib.engine.rundir import RESULTS_FILE
-from gradetrail_lib.results.runs import Run, load_run
+from gradetrail_lib.results.runs import RESULTS_FILE, Run, load_run
 from gradetrail_lib.results.totals import call_totals
 from gradetrail_lib.results.trace import TraceRecord, iter_records
 from tests.conftest import write_addition_dataset, write_spec

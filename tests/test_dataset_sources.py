@@ -11,9 +11,10 @@ import pytest
 
 from gradetrail_lib import run_spec
 from gradetrail_lib.datasets.dataset import load_dataset, load_dataset_ref
+from gradetrail_lib.datasets.ref import DatasetRef
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json
-from gradetrail_lib.spec.spec import DatasetRef, load_spec
+from gradetrail_lib.spec.spec import load_spec
 
 ROWS = [{"id": "a", "q": "France", "answer": "Paris"}, {"id": "b", "q": "Italy", "answer": "Rome"}]
 REV = "0123456789abcdef0123456789abcdef01234567"

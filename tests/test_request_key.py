@@ -8,13 +8,14 @@ import pytest
 
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.hashing import canonical_json, hash_json
+from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.request import (
     key_base_url,
     request_key,
     request_keyer,
     request_params,
 )
-from gradetrail_lib.spec.spec import LoadedSpec, ModelConfig, Params, Spec, load_spec
+from gradetrail_lib.spec.spec import LoadedSpec, Params, Spec, load_spec
 from tests.support.plans import whole
 
 # The documented canonical form (request.py / hashing.py), written out by hand: keys sorted,

@@ -24,8 +24,9 @@ from gradetrail_lib.analysis.retrieval import (
 )
 from gradetrail_lib.analysis.stats.intervals import proportion_interval
 from gradetrail_lib.datasets.dataset import Sample
-from gradetrail_lib.engine.rundir import RESULTS_FILE, write_run_dir
+from gradetrail_lib.engine.rundir import write_run_dir
 from gradetrail_lib.errors import InputError
+from gradetrail_lib.results.runs import RESULTS_FILE
 from gradetrail_lib.results.trace import AgentStep, Retrieval, ToolResult, TraceRecord, iter_records
 from tests.support.traces import SCORER, manifest, record
 

@@ -16,35 +16,74 @@ shown to the model as that call's result; the case goes on and its record keeps 
 """
 
 import asyncio
-import time
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gradetrail_lib.agents.tools import Toolbox, call_all
-from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.backends.live_endpoints import live_requests
-from gradetrail_lib.cache.responses import ResponseCache
-from gradetrail_lib.engine.plan import (
-    CacheLookup,
-    EvalPlan,
-    PlannedSample,
-    Progress,
-    ResponseListener,
-    Responses,
-    StepCall,
-    Trajectory,
-)
+from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.hashing import canonical_json
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.request import Message, ModelRequest
+from gradetrail_lib.providers.request import Message, ModelRequest, RequestBuilder
 from gradetrail_lib.results.trace import AgentStep, FailureMode, ToolResult
+
+
+class AgentItem(Protocol):
+    """Where a case starts: its sample, its first request and its repeat."""
+
+    sample: Sample
+    request: ModelRequest
+    repeat: int
+
+
+@dataclass
+class StepCall:
+    """One model call of an agent's case."""
+
+    request: ModelRequest
+    response: ModelResponse | None
+    cache_hit: bool
+    error: str | None = None
+
+
+@dataclass
+class Trajectory:
+    """An agent's case as the loop leaves it: its steps and their calls, the last answer,
+    and why it stopped early if it did."""
+
+    steps: list[AgentStep]
+    calls: list[StepCall]
+    final: ModelResponse | None
+    stopped: FailureMode | None  # provider_error, thrash or budget_exhausted
+    error: str | None = None
+
+    @property
+    def tool_error(self) -> bool:
+        return any(r.error is not None for s in self.steps for r in s.tool_results)
+
+
+# What a step's requests came to: each key's response or error, and whether the cache
+# answered it. The caller looks them up and sends the misses (one lookup and one backend
+# run a step for every case still going).
+Outcome = ModelResponse | ProviderError
+SendStep = Callable[[list[ModelRequest]], dict[str, tuple[Outcome, bool]]]
+
+
+@dataclass(frozen=True)
+class AgentSetup:
+    """What every case of a run shares: its tools, how its next request is built, and its
+    step budget."""
+
+    toolbox: Toolbox
+    builder: RequestBuilder
+    budget: int
+    dataset_label: str
 
 
 @dataclass
 class Case:
     position: int
-    item: PlannedSample
+    item: AgentItem
     pending: ModelRequest
     messages: list[Message]
     steps: list[AgentStep] = field(default_factory=list)
@@ -58,7 +97,9 @@ class Case:
     def end(
         self, final: ModelResponse | None, stopped: FailureMode | None, error: str | None = None
     ) -> None:
-        self.result = Trajectory(self.steps, self.calls, final, stopped, error)
+        self.result = Trajectory(
+            steps=self.steps, calls=self.calls, final=final, stopped=stopped, error=error
+        )
 
 
 def _signature(call: dict[str, Any]) -> str:
@@ -76,16 +117,16 @@ async def _advance(
     case: Case,
     outcome: ModelResponse | ProviderError,
     cache_hit: bool,
-    plan: EvalPlan,
-    toolbox: Toolbox,
-    budget: int,
+    setup: AgentSetup,
 ) -> None:
     request = case.pending
     if isinstance(outcome, ProviderError):
-        case.calls.append(StepCall(request, None, False, outcome.message))
+        case.calls.append(
+            StepCall(request=request, response=None, cache_hit=False, error=outcome.message)
+        )
         case.end(None, "provider_error", outcome.message)
         return
-    case.calls.append(StepCall(request, outcome, cache_hit))
+    case.calls.append(StepCall(request=request, response=outcome, cache_hit=cache_hit))
     step = AgentStep(
         index=len(case.steps),
         request_key=request.key,
@@ -106,7 +147,7 @@ async def _advance(
     if any(case.made.get(s) == len(case.observed) for s in signatures):
         case.end(outcome, "thrash")
         return
-    results = await call_all(toolbox, outcome.tool_calls, case.item.sample)
+    results = await call_all(setup.toolbox, outcome.tool_calls, case.item.sample)
     case.messages = [*case.messages, _assistant(outcome)]
     for call, signature, result in zip(outcome.tool_calls, signatures, results, strict=True):
         step.tool_results.append(
@@ -130,75 +171,51 @@ async def _advance(
         if result.error is not None:
             message["is_error"] = True  # Anthropic marks the result; OpenAI has no such flag
         case.messages.append(message)
-    if len(case.steps) >= budget:
+    if len(case.steps) >= setup.budget:
         case.end(outcome, "budget_exhausted")
         return
-    assert plan.builder is not None
-    case.pending = plan.builder.build(
-        case.messages, case.item.sample, plan.loaded.spec.dataset.label, case.item.repeat
+    case.pending = setup.builder.build(
+        case.messages, case.item.sample, setup.dataset_label, case.item.repeat
     )
 
 
+async def _advance_all(
+    cases: list[Case], outcomes: dict[str, tuple[Outcome, bool]], setup: AgentSetup
+) -> None:
+    for case in cases:
+        outcome, cache_hit = outcomes[case.pending.key]
+        await _advance(case, outcome, cache_hit, setup)
+
+
 def run_agents(
-    plan: EvalPlan,
-    cache: ResponseCache | None,
-    backend: Backend,
+    items: Sequence[AgentItem],
+    setup: AgentSetup,
+    send: SendStep,
     *,
-    started: float,
-    read_cache: bool = True,
-    looked_up: CacheLookup | None = None,
-    progress: Progress | None = None,
-    listener: ResponseListener | None = None,
-) -> Responses:
-    assert plan.toolbox is not None
-    toolbox, budget = plan.toolbox, plan.loaded.spec.step_budget
-    result = Responses(execution=backend.describe())
+    on_trajectory: Callable[[int, Trajectory], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[int, Trajectory]:
+    """Every case to its end, a step at a time for all of them together; each case's
+    trajectory by its position in `items`, handed to `on_trajectory` as it ends."""
     cases = [
-        Case(i, item, item.request, list(item.request.messages))
-        for i, item in enumerate(plan.items)
+        Case(position=i, item=item, pending=item.request, messages=list(item.request.messages))
+        for i, item in enumerate(items)
     ]
-    if read_cache and cache is not None and looked_up is not None:
-        result.responses.update(looked_up.responses)
-        result.cache_hits.update(looked_up.responses)
     total, done = len(cases), 0
-    writer_scope = cache.writer() if cache is not None else nullcontext(None)
-    with writer_scope as writer:
-
-        def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
-            result.take(request, outcome, writer)
-
-        active = cases
-        while active:
-            wanted: dict[str, ModelRequest] = {}
-            for case in active:
-                wanted.setdefault(case.pending.key, case.pending)
-            unknown = [k for k in wanted if k not in result.responses and k not in result.errors]
-            if read_cache and cache is not None and unknown:
-                found = cache.lookup(unknown)
-                result.responses.update(found)
-                result.cache_hits.update(found)
-            misses = [wanted[k] for k in unknown if k not in result.responses]
-            if misses:
-                with live_requests(misses) as live:
-                    backend.run(live, on_result)
-
-            async def advance_all(going: list[Case]) -> None:
-                for case in going:
-                    key = case.pending.key
-                    outcome = result.responses.get(key) or result.errors[key]
-                    await _advance(case, outcome, key in result.cache_hits, plan, toolbox, budget)
-
-            asyncio.run(advance_all(active))
-            for case in active:
-                if case.result is not None:
-                    done += 1
-                    if listener is not None:
-                        listener.on_trajectory(case.position, case.result)
-            if progress:
-                progress(done, total)
-            active = [c for c in active if c.result is None]
+    active = cases
+    while active:
+        outcomes = send(list({c.pending.key: c.pending for c in active}.values()))
+        asyncio.run(_advance_all(active, outcomes, setup))
+        for case in active:
+            if case.result is not None:
+                done += 1
+                if on_trajectory is not None:
+                    on_trajectory(case.position, case.result)
+        if progress:
+            progress(done, total)
+        active = [c for c in active if c.result is None]
+    trajectories = {}
     for case in cases:
         assert case.result is not None
-        result.trajectories[case.position] = case.result
-    result.wall_s = time.perf_counter() - started
-    return result
+        trajectories[case.position] = case.result
+    return trajectories

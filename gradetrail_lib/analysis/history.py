@@ -25,9 +25,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gradetrail_lib.engine.rundir import MANIFEST_FILE
 from gradetrail_lib.errors import InputError, UsageError
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from gradetrail_lib.results.runs import MANIFEST_FILE
 from gradetrail_lib.results.totals import Totalled, totals_of
 from gradetrail_lib.results.trace import Manifest, parse_manifest
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-import gradetrail_lib
+from gradetrail_lib._version import __version__
 from gradetrail_lib.backends.base import ResultCallback
 from gradetrail_lib.backends.clients import Outcome, RequestSender
 from gradetrail_lib.errors import GradetrailError, RunAborted
@@ -126,7 +126,7 @@ class _Worker:
     async def ready(self) -> str:
         # The driver compares versions: a cluster with another gradetrail installed
         # would send requests by other rules than the ones the manifest records.
-        return gradetrail_lib.__version__
+        return __version__
 
     async def send(self, request: ModelRequest) -> Outcome | None:
         """The outcome, or None when the worker was stopped before it was sent."""
@@ -384,7 +384,7 @@ class RayBackend:
             raise GradetrailError(
                 f"Ray workers failed to start (is gradetrail installed on the cluster?): {exc}"
             ) from exc
-        mine = gradetrail_lib.__version__
+        mine = __version__
         if any(v != mine for v in versions):
             raise GradetrailError(
                 f"the Ray cluster runs gradetrail {sorted(set(versions))}, this is {mine}"

@@ -23,11 +23,12 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from gradetrail_lib.datasets.ref import DatasetRef
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json, sha256_hex
 
 if TYPE_CHECKING:
-    from gradetrail_lib.spec.spec import DatasetRef
+    from gradetrail_lib.datasets.ref import DatasetRef
 
 Format = Literal["jsonl", "csv", "parquet"]
 _SUFFIXES: dict[str, Format] = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
@@ -98,7 +99,7 @@ def _file_hash(where: str, path: Path) -> str:
         raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
 
 
-def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
+def load_dataset_ref(ref: DatasetRef, base_dir: Path) -> Dataset:
     """The spec's `dataset:`, a file relative to `base_dir` or a Hugging Face dataset."""
     if ref.path is not None:
         return load_dataset((base_dir / ref.path).resolve(), ref.path, ref.format)
@@ -294,7 +295,7 @@ def _first_duplicate(
         first_of[sample_id] = number
 
 
-def load_hf_dataset(ref: "DatasetRef") -> Dataset:
+def load_hf_dataset(ref: DatasetRef) -> Dataset:
     """A Hugging Face dataset at a fixed commit through `datasets.load_dataset` (the
     `gradetrail[hf]` extra). Offline (HF_HUB_OFFLINE=1 or HF_DATASETS_OFFLINE=1, or no
     network) `datasets` reads its local cache (HF_DATASETS_CACHE), which holds a Hub

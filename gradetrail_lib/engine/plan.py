@@ -14,6 +14,8 @@ from functools import cached_property
 from itertools import islice
 from typing import Protocol
 
+from gradetrail_lib.agents.loop import AgentSetup, Trajectory, run_agents
+from gradetrail_lib.agents.loop import Outcome as StepOutcome
 from gradetrail_lib.agents.tools import Toolbox
 from gradetrail_lib.analysis.retrieval import check_sample as check_retrieval_fields
 from gradetrail_lib.backends.base import Backend
@@ -21,11 +23,12 @@ from gradetrail_lib.backends.live_endpoints import live_requests
 from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
 from gradetrail_lib.datasets.dataset import Dataset, Sample, load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.request import ModelRequest, RequestBuilder
-from gradetrail_lib.results.trace import AgentStep, FailureMode
 from gradetrail_lib.scorers import Scorer, build_scorer
-from gradetrail_lib.spec.spec import LoadedSpec, ModelConfig
+from gradetrail_lib.spec.spec import LoadedSpec
 from gradetrail_lib.templating import PromptRenderer
 
 # Reported after each finished request: (done, total).
@@ -49,7 +52,7 @@ class ResponseListener(Protocol):
 
     def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None: ...
 
-    def on_trajectory(self, position: int, trajectory: "Trajectory") -> None: ...
+    def on_trajectory(self, position: int, trajectory: Trajectory) -> None: ...
 
 
 # Not frozen, for speed: one per sample.
@@ -232,32 +235,6 @@ def plan(
 
 
 @dataclass
-class StepCall:
-    """One model call of an agent's case."""
-
-    request: ModelRequest
-    response: ModelResponse | None
-    cache_hit: bool
-    error: str | None = None
-
-
-@dataclass
-class Trajectory:
-    """An agent's case as the responses step leaves it: its steps and their calls, the
-    last answer, and why it stopped early if it did."""
-
-    steps: list[AgentStep]
-    calls: list[StepCall]
-    final: ModelResponse | None
-    stopped: FailureMode | None  # provider_error, thrash or budget_exhausted
-    error: str | None = None
-
-    @property
-    def tool_error(self) -> bool:
-        return any(r.error is not None for s in self.steps for r in s.tool_results)
-
-
-@dataclass
 class Responses:
     """What a step's calls produced, by request key: the target's responses step, or the
     scorers' calls (`scorer_calls`)."""
@@ -333,9 +310,7 @@ def fetch_responses(
         # and make the measured latencies lie.
         backend = backend.limited(1)
     if plan.toolbox is not None:
-        from gradetrail_lib.agents.loop import run_agents
-
-        return run_agents(
+        return _agent_responses(
             plan, cache, backend, started=started, read_cache=read_cache,
             looked_up=looked_up, progress=progress, listener=listener,
         )  # fmt: skip
@@ -368,3 +343,95 @@ def fetch_responses(
         backend.run(live, on_result)
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _agent_responses(
+    plan: EvalPlan,
+    cache: ResponseCache | None,
+    backend: Backend,
+    *,
+    started: float,
+    read_cache: bool,
+    looked_up: CacheLookup | None,
+    progress: Progress | None,
+    listener: ResponseListener | None,
+) -> Responses:
+    """An agent's responses step: the cases run by `agents.loop`, each step's requests
+    looked up in the cache and the misses sent through the backend, every answer stored
+    as it arrives."""
+    assert plan.toolbox is not None and plan.builder is not None
+    result = Responses(execution=backend.describe())
+    if read_cache and cache is not None and looked_up is not None:
+        result.responses.update(looked_up.responses)
+        result.cache_hits.update(looked_up.responses)
+    spec = plan.loaded.spec
+    setup = AgentSetup(
+        toolbox=plan.toolbox,
+        builder=plan.builder,
+        budget=spec.step_budget,
+        dataset_label=spec.dataset.label,
+    )
+    writer_scope = cache.writer() if cache is not None else nullcontext(None)
+    with writer_scope as writer:
+
+        def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
+            result.take(request, outcome, writer)
+
+        def send(requests: list[ModelRequest]) -> dict[str, tuple[StepOutcome, bool]]:
+            unknown = [
+                r for r in requests if r.key not in result.responses and r.key not in result.errors
+            ]
+            if read_cache and cache is not None and unknown:
+                found = cache.lookup([r.key for r in unknown])
+                result.responses.update(found)
+                result.cache_hits.update(found)
+            misses = [r for r in unknown if r.key not in result.responses]
+            if misses:
+                with live_requests(misses) as live:
+                    backend.run(live, on_result)
+            hits = result.cache_hits
+            return {r.key: (_outcome_of(result, r.key), r.key in hits) for r in requests}
+
+        result.trajectories = run_agents(
+            plan.items, setup, send,
+            on_trajectory=listener.on_trajectory if listener is not None else None,
+            progress=progress,
+        )  # fmt: skip
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+def _outcome_of(responses: Responses, key: str) -> StepOutcome:
+    outcome = responses.outcome(key)
+    assert outcome is not None, f"no outcome for {key}"
+    return outcome
+
+
+def batch_fingerprint(responses: Responses) -> str:
+    """A content hash of a batch of a responses step's output (the step's data version
+    hashes its batches'): every answer with its tool calls, every error, and an agent's
+    tool results (the last step's go into no later key)."""
+    return hash_json(
+        {
+            "ok": sorted(
+                (k, sha256_hex(r.text), r.stop_reason, canonical_json(r.tool_calls))
+                for k, r in responses.responses.items()
+            ),
+            "failed": sorted((k, e.message) for k, e in responses.errors.items()),
+            "tools": sorted(
+                (
+                    p,
+                    sha256_hex(
+                        canonical_json(
+                            [
+                                [(t.name, t.content, t.error) for t in step.tool_results]
+                                for step in trajectory.steps
+                            ]
+                        )
+                    ),
+                    trajectory.stopped or "",
+                )
+                for p, trajectory in responses.trajectories.items()
+            ),
+        }
+    )

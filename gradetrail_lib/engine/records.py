@@ -10,10 +10,11 @@ import asyncio
 from collections.abc import Awaitable, Container, Iterator
 from typing import Any
 
+from gradetrail_lib.agents.loop import Trajectory
 from gradetrail_lib.analysis.retrieval import retrieval_of
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.responses import ResponseCache
-from gradetrail_lib.engine.plan import EvalPlan, PlannedSample, Responses, Trajectory
+from gradetrail_lib.engine.plan import EvalPlan, PlannedSample, Responses
 from gradetrail_lib.engine.scorer_calls import CallStage
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.pricing import PriceList, load_prices

@@ -18,25 +18,26 @@ from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.cache.keyset import KeySet
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
-from gradetrail_lib.config import ModelConfig, ProviderName
 from gradetrail_lib.engine.plan import (
     EvalPlan,
     Progress,
     Responses,
     RunPlan,
+    batch_fingerprint,
     fetch_responses,
     look_up,
 )
 from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
 from gradetrail_lib.engine.records import Scoring
-from gradetrail_lib.engine.rundir import RESULTS_FILE, RunDirWriter, build_manifest
+from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
 from gradetrail_lib.providers.base import ProviderError
+from gradetrail_lib.providers.config import ModelConfig, ProviderName
 from gradetrail_lib.providers.pricing import PriceList, load_prices
+from gradetrail_lib.results.runs import RESULTS_FILE
 from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import Manifest, TraceRecord, iter_records
 from gradetrail_lib.settings import DEFAULTS
-from gradetrail_lib.spec.identity import batch_fingerprint
 from gradetrail_lib.spec.spec import LoadedSpec, Spec, load_spec
 from gradetrail_lib.telemetry.spans import NO_SPANS, RunSpans, start_run
 

@@ -8,7 +8,6 @@ new one, never a mix, and a run that fails leaves the old one as it was.
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -20,11 +19,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import gradetrail_lib
+from gradetrail_lib._version import __version__
 from gradetrail_lib.analysis.summary import RunSummary
 from gradetrail_lib.engine.plan import RunPlan
 from gradetrail_lib.providers.pricing import PriceList
 from gradetrail_lib.providers.request import key_base_url
+from gradetrail_lib.results.runs import MANIFEST_FILE, RESULTS_FILE, run_dir_name
 from gradetrail_lib.results.trace import (
     SCHEMA_VERSION,
     DatasetInfo,
@@ -48,14 +48,6 @@ from gradetrail_lib.spec.identity import (
 )
 from gradetrail_lib.spec.identity import scorer_hash as scorer_hash_of
 from gradetrail_lib.spec.identity import spec_hash as spec_hash_of
-
-RESULTS_FILE = "results.jsonl"
-MANIFEST_FILE = "manifest.json"
-
-
-def run_dir_name(spec_name: str, model_name: str, identity: str) -> str:
-    safe_model = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_name)
-    return f"{spec_name}-{safe_model}-{identity[:12]}"
 
 
 def git_state(where: Path) -> dict[str, Any]:
@@ -124,7 +116,7 @@ def build_manifest(
             served=sorted(served),
         ),
         git=GitInfo(**git),
-        gradetrail_version=gradetrail_lib.__version__,
+        gradetrail_version=__version__,
         execution=execution,  # type: ignore[arg-type]
         started_at=started_at.isoformat(),
         finished_at=datetime.now(UTC).isoformat(),

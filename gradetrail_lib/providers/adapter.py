@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from gradetrail_lib import __version__
+from gradetrail_lib._version import __version__
 from gradetrail_lib.providers.base import ParsedBody
 from gradetrail_lib.providers.request import ModelRequest
 

@@ -7,8 +7,8 @@ import httpx
 
 from gradetrail_lib.providers.anthropic_messages import ANTHROPIC_VERSION
 from gradetrail_lib.providers.caller import redact
+from gradetrail_lib.providers.config import Watch
 from gradetrail_lib.providers.request import DEFAULT_BASE_URLS, DEFAULT_KEY_ENVS
-from gradetrail_lib.spec.spec import Watch
 
 
 class ListingError(Exception):

@@ -32,8 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gradetrail_lib.config import ModelConfig, Params
+from gradetrail_lib.config import Params
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
+from gradetrail_lib.providers.config import ModelConfig
 
 if TYPE_CHECKING:
     from gradetrail_lib.datasets.dataset import Sample

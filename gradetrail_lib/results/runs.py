@@ -1,17 +1,25 @@
 """Reading a run directory back (compare, gate, cost, report, Dagster), with errors that
 say what is wrong with it (exit 2) instead of a traceback."""
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
 
-from gradetrail_lib.engine.rundir import MANIFEST_FILE, RESULTS_FILE
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.results.sheet import ScoreSheet, sheets_of
 from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import Manifest, TraceRecord, iter_records, parse_manifest
+
+RESULTS_FILE = "results.jsonl"
+MANIFEST_FILE = "manifest.json"
+
+
+def run_dir_name(spec_name: str, model_name: str, identity: str) -> str:
+    safe_model = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_name)
+    return f"{spec_name}-{safe_model}-{identity[:12]}"
 
 
 @dataclass(frozen=True)

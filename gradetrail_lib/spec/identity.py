@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
+from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.request import key_base_url, request_params
 from gradetrail_lib.scorers.registry import ScorerConfig
-from gradetrail_lib.spec.spec import LoadedSpec, ModelConfig, spec_document_fields
+from gradetrail_lib.spec.spec import LoadedSpec, spec_document_fields
 
 if TYPE_CHECKING:  # pipeline imports this module's neighbours; avoid a cycle at run time
-    from gradetrail_lib.engine.plan import Responses
     from gradetrail_lib.results.trace import TraceRecord
 
 
@@ -106,34 +106,7 @@ def spec_requests_hash(loaded: LoadedSpec) -> str:
     return hash_json(sorted(requests_hash(loaded, m) for m in loaded.spec.models))
 
 
-def batch_fingerprint(responses: "Responses") -> str:
-    """A content hash of a batch of a responses step's output (the step's data version
-    hashes its batches'): every answer with its tool calls, every error, and an agent's
-    tool results (the last step's go into no later key)."""
-    return hash_json(
-        {
-            "ok": sorted(
-                (k, sha256_hex(r.text), r.stop_reason, canonical_json(r.tool_calls))
-                for k, r in responses.responses.items()
-            ),
-            "failed": sorted((k, e.message) for k, e in responses.errors.items()),
-            "tools": sorted(
-                (
-                    p,
-                    sha256_hex(
-                        canonical_json(
-                            [
-                                [(t.name, t.content, t.error) for t in step.tool_results]
-                                for step in trajectory.steps
-                            ]
-                        )
-                    ),
-                    trajectory.stopped or "",
-                )
-                for p, trajectory in responses.trajectories.items()
-            ),
-        }
-    )
+
 
 
 class RecordsFingerprint:

@@ -17,9 +17,8 @@ from typing import BinaryIO
 
 from gradetrail_lib.analysis.stats import Estimate
 from gradetrail_lib.analysis.stats.intervals import proportion
-from gradetrail_lib.engine.rundir import MANIFEST_FILE, RESULTS_FILE
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.results.runs import Run, load_run
+from gradetrail_lib.results.runs import MANIFEST_FILE, RESULTS_FILE, Run, load_run
 from gradetrail_lib.viewer import paths
 from gradetrail_lib.viewer.index import IndexCache, RunIndex, Signature, signature
 

@@ -10,7 +10,7 @@ is refused like a name that does not exist: NotFound, a 404 that says no more.
 import os
 from pathlib import Path
 
-from gradetrail_lib.engine.rundir import MANIFEST_FILE, RESULTS_FILE
+from gradetrail_lib.results.runs import MANIFEST_FILE, RESULTS_FILE
 
 
 class NotFound(Exception):
