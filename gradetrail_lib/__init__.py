@@ -1,30 +1,60 @@
-"""gradetrail engine: specs, request keys, providers, cache, scorers and run directories.
+"""gradetrail: LLM evals as tests. This module is the public API; every name in `__all__`
+is importable from here and stays where it is.
 
-This package never imports Dagster; `gradetrail_assets` builds the asset graph on top of it.
-The public API: `run_spec` (what `gradetrail run` does: a spec file, a folder of specs,
-or a spec in memory, so a Python file can be a code-first eval with its own scorers) and
-`load_run` (a run directory's manifest and its trace records, see `gradetrail_lib.results.trace`).
+`run_spec` does what `gradetrail run` does (a spec file, a folder of specs, or a spec in
+memory, so a Python file can be a code-first eval with its own scorers) and returns each
+model's `CompletedRun`; `load_run` reads a run directory back (its `Manifest` and its
+`TraceRecord`s, streamed). `Spec`, `ModelConfig` and `Params` build a spec in Python;
+`InputError` is what bad input raises, naming its file, line and field.
+
+Names are loaded on first use, so `import gradetrail_lib` (and `gradetrail --version`)
+stays cheap; this package never imports Dagster.
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from gradetrail_lib._version import __version__
-
-__all__ = ["load_run", "run_spec"]
+from gradetrail_lib._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from gradetrail_lib.engine.run import run_spec
-    from gradetrail_lib.results.runs import load_run
+    from gradetrail_lib.config import Params
+    from gradetrail_lib.engine.run import CompletedRun, run_spec
+    from gradetrail_lib.errors import InputError
+    from gradetrail_lib.providers.config import ModelConfig
+    from gradetrail_lib.results.runs import Run, load_run
+    from gradetrail_lib.results.trace import Manifest, TraceRecord
+    from gradetrail_lib.spec.spec import Spec
+
+# Each public name and the module that defines it.
+_HOMES = {
+    "CompletedRun": "gradetrail_lib.engine.run",
+    "InputError": "gradetrail_lib.errors",
+    "Manifest": "gradetrail_lib.results.trace",
+    "ModelConfig": "gradetrail_lib.providers.config",
+    "Params": "gradetrail_lib.config",
+    "Run": "gradetrail_lib.results.runs",
+    "Spec": "gradetrail_lib.spec.spec",
+    "TraceRecord": "gradetrail_lib.results.trace",
+    "load_run": "gradetrail_lib.results.runs",
+    "run_spec": "gradetrail_lib.engine.run",
+}
+
+__all__ = [
+    "CompletedRun",
+    "InputError",
+    "Manifest",
+    "ModelConfig",
+    "Params",
+    "Run",
+    "Spec",
+    "TraceRecord",
+    "load_run",
+    "run_spec",
+]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazily: `gradetrail --version` and every submodule import this package first.
-    if name == "run_spec":
-        from gradetrail_lib.engine.run import run_spec
-
-        return run_spec
-    if name == "load_run":
-        from gradetrail_lib.results.runs import load_run
-
-        return load_run
-    raise AttributeError(f"module 'gradetrail_lib' has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gradetrail_lib' has no attribute {name!r}")
+    return getattr(import_module(home), name)
