@@ -35,8 +35,9 @@ from gradetrail_assets.tables import (
     stats_rows,
 )
 from gradetrail_lib.analysis.stats import run_stats
-from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset, plan
-from gradetrail_lib.engine.run import FetchedRun, fetch_run, run_model
+from gradetrail_lib.backends.not_sent import NotSent
+from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset
+from gradetrail_lib.engine.run import FetchedRun, RunOptions, fetch_run, plan_spec, run_model
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.providers.pricing import load_prices
 from gradetrail_lib.report.html import write_report
@@ -80,7 +81,9 @@ class SpecGraph:
 
 
 def _plan_for(loaded: LoadedSpec, model_name: str) -> RunPlan:
-    return plan(loaded, loaded.spec.model_named(model_name))
+    """The partition's plan, made the way every run's is (`plan_spec`)."""
+    (planned,) = plan_spec(loaded, [model_name]).plans
+    return planned
 
 
 def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
@@ -164,10 +167,15 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         eval_plan = _plan_for(loaded, partition)
         # The target's answers come from the cache (responses put them there); none is
         # sent from here, and what responses could not get keeps its error.
+        options = RunOptions(
+            prices=load_prices(),
+            phase_seconds={"responses": responses.wall_s},
+            targets=NotSent(responses.errors),
+            already_sent=responses.sent,
+        )
         done = run_model(
             eval_plan, gradetrail.cache(), gradetrail.make_backend(), gradetrail.results_root(),
-            prices=load_prices(), before={"responses": responses.wall_s},
-            send_targets=False, known_errors=responses.errors, sent_before=responses.sent,
+            options,
         )  # fmt: skip
         judge = done.summary.judge
         context.log.info(

@@ -6,7 +6,7 @@ from pathlib import Path
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.plan import BATCH_ITEMS, batch_samples, plan
-from gradetrail_lib.engine.run import run_model
+from gradetrail_lib.engine.run import RunOptions, run_model
 from gradetrail_lib.spec.spec import load_spec
 from tests.support.oracle import oracle_project
 
@@ -35,7 +35,7 @@ def test_a_run_in_batches_writes_what_a_run_in_one_batch_writes(tmp_path: Path) 
     for size in (2, 100):  # 6 batches, then 1
         done[size] = run_model(
             plan(loaded, loaded.spec.models[0]), cache, LocalBackend(), tmp_path / f"r{size}",
-            read_cache=False, batch_samples=size,
+            RunOptions(read_cache=False, batch_samples=size),
         )  # fmt: skip
     small, whole = done[2], done[100]
     read = [(d.run_dir / "results.jsonl").read_bytes() for d in (small, whole)]

@@ -9,8 +9,6 @@ the specs' (0 when a spec scored a sample, 1 when it scored none or aborted).
 
 import argparse
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradetrail_lib.analysis.summary import format_summary
@@ -19,12 +17,17 @@ from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.commands.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.engine.estimate import check_max_cost, estimate_run
-from gradetrail_lib.engine.plan import RunPlan, load_spec_dataset, plan
-from gradetrail_lib.engine.run import resolve_model, run_model, spec_files, split_model
+from gradetrail_lib.engine.run import (
+    PlannedSpec,
+    RunOptions,
+    plan_spec,
+    run_model,
+    spec_files,
+    split_model,
+)
 from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UnknownModel, UsageError
 from gradetrail_lib.providers.pricing import load_prices
 from gradetrail_lib.settings import DEFAULT_WORKERS, DEFAULTS, cli_settings
-from gradetrail_lib.spec.spec import LoadedSpec, load_spec
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -121,22 +124,13 @@ def make_backend(args: argparse.Namespace) -> Backend:
     )
 
 
-@dataclass(frozen=True)
-class SpecJob:
-    loaded: LoadedSpec
-    plans: list[RunPlan]
-    # Seconds: loading the spec and its dataset (shared by its models), planning each.
-    load_s: float = 0.0
-    plan_s: list[float] = field(default_factory=list)
-
-
 def run_command(args: argparse.Namespace) -> int:
     # Python's start-up, the imports and the argument parsing, before any of this.
     startup_s = since_start()
     out = sys.stdout
     folder = args.spec.is_dir()
     wanted = _models_flag(args)
-    jobs: list[SpecJob] = []
+    jobs: list[PlannedSpec] = []
     errors: list[InputError] = []
     for path in spec_files(args.spec) if folder else [args.spec]:
         try:
@@ -194,31 +188,16 @@ def _models_flag(args: argparse.Namespace) -> list[str]:
 
 def _plan_spec(
     path: Path, args: argparse.Namespace, wanted: list[str], folder: bool
-) -> SpecJob | None:
+) -> PlannedSpec | None:
     """The spec's plans, every input error raised; None when a folder's spec lacks
     `--model`."""
-    started = time.perf_counter()
-    loaded = load_spec(path).with_repeats(args.repeats)
-    dataset = load_spec_dataset(loaded)
-    load_s = time.perf_counter() - started
-    spec = loaded.spec
-    if wanted:
-        models = [resolve_model(spec, m, base_url=args.base_url) for m in wanted]
-    elif args.model:
-        try:
-            models = [spec.model_named(args.model)]
-        except UnknownModel:
-            if not folder:
-                raise
-            return None
-    else:
-        models = list(spec.models)
-    plans, plan_s = [], []
-    for model in models:
-        started = time.perf_counter()
-        plans.append(plan(loaded, model, dataset))
-        plan_s.append(time.perf_counter() - started)
-    return SpecJob(loaded, plans, load_s, plan_s)
+    models = wanted or ([args.model] if args.model else [])
+    try:
+        return plan_spec(path, models, base_url=args.base_url, repeats=args.repeats)
+    except UnknownModel:
+        if not folder or wanted:
+            raise
+        return None
 
 
 def _as_input_errors(path: Path, exc: Exception) -> list[InputError]:
@@ -230,7 +209,7 @@ def _as_input_errors(path: Path, exc: Exception) -> list[InputError]:
 
 
 def _check_folder(
-    jobs: list[SpecJob], errors: list[InputError], folder: bool, args: argparse.Namespace
+    jobs: list[PlannedSpec], errors: list[InputError], folder: bool, args: argparse.Namespace
 ) -> None:
     """A folder's bad specs (all of them at once), two specs of one name, or no spec to
     run: nothing is sent then."""
@@ -251,7 +230,7 @@ def _check_folder(
 
 
 def _run_spec(
-    job: SpecJob,
+    job: PlannedSpec,
     backend: Backend,
     cache: ResponseCache,
     args: argparse.Namespace,
@@ -261,17 +240,14 @@ def _run_spec(
     start-up and the spec's load are in each of its models' manifests."""
     out = sys.stdout
     any_scored = False
-    for eval_plan, plan_s in zip(job.plans, job.plan_s, strict=True):
+    for position, eval_plan in enumerate(job.plans):
         label = f"{job.loaded.spec.name}/{eval_plan.model.name}"
-        done = run_model(
-            eval_plan,
-            cache,
-            backend,
-            args.results,
+        options = RunOptions(
             read_cache=not args.no_cache,
             progress=ProgressBar(label),
-            before={"startup": startup_s, "load": job.load_s, "plan": plan_s},
+            phase_seconds={"startup": startup_s, **job.phase_seconds(position)},
         )
+        done = run_model(eval_plan, cache, backend, args.results, options)
         any_scored = any_scored or done.summary.any_scored
         print(f"Run: {label} -> {done.run_dir}", file=out)
         # The whole command's, from the process's start to the last byte written.

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from gradetrail_lib.analysis.history import HistoryEntry, record_run
 from gradetrail_lib.analysis.summary import RunSummary, summarize
+from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.cache.keyset import KeySet
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
 from gradetrail_lib.engine.plan import (
@@ -25,9 +25,11 @@ from gradetrail_lib.engine.plan import (
     RunPlan,
     batch_fingerprint,
     fetch_responses,
+    load_spec_dataset,
     look_up,
 )
 from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
+from gradetrail_lib.engine.plan import plan as make_plan
 from gradetrail_lib.engine.records import Scoring
 from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import InputError, InputErrors, UsageError
@@ -112,50 +114,62 @@ def _batches(
         yield batch, responses, scoring
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run goes, beside what it runs (the plan), where answers are kept (the cache),
+    where misses are sent (the backend) and where it is written (the results root)."""
+
+    read_cache: bool = True
+    # Reported after each finished request: (done, total).
+    progress: Progress | None = None
+    prices: PriceList | None = None
+    # Seconds of the phases the caller ran first (start-up, load, plan, responses): the
+    # manifest's timings name every phase.
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    # The backend of the target's requests, when not the run's: Dagster's scores step
+    # passes `NotSent` (its responses step sent them); the scorers' calls still use the
+    # run's backend.
+    targets: Backend | None = None
+    # Target keys an earlier step of this run sent (Dagster's responses): found in the
+    # cache now, but this run's calls, not cache hits.
+    already_sent: Container[str] = frozenset()
+    # Samples a batch (default: about 8,192 items).
+    batch_samples: int | None = None
+
+
 def run_model(
     plan: RunPlan,
     cache: ResponseCache | None,
     backend: Backend,
     results_root: Path,
-    *,
-    read_cache: bool = True,
-    progress: Progress | None = None,
-    prices: PriceList | None = None,
-    before: dict[str, float] | None = None,
-    send_targets: bool = True,
-    known_errors: Mapping[str, ProviderError] | None = None,
-    sent_before: Container[str] = frozenset(),
-    batch_samples: int | None = None,
+    options: RunOptions = RunOptions(),
 ) -> CompletedRun:
     """One model of a spec, batch by batch: responses with the scorers' calls
     overlapping them, the records scored and streamed into the run directory, the
     summary's totals kept as they go; then the manifest, the directory put in place and
-    the run added to the history. `before` holds the seconds of the phases the caller
-    ran first (load, plan); the manifest's timings name every phase. With
-    `send_targets=False` (Dagster's scores) no target request is sent: what the cache
-    lacks takes its error from `known_errors`, and the keys in `sent_before` (that step's
-    own calls) are recorded as calls of this run, not as cache hits."""
+    the run added to the history."""
     started_at = datetime.now(UTC)
-    prices = prices or load_prices()
+    prices = options.prices or load_prices()
     totals = RunTotals(plan.scorer_names)
-    timings = dict(before or {})
+    timings = dict(options.phase_seconds)
     for phase in ("plan", "cache_lookup", "responses", "scoring"):
         timings.setdefault(phase, 0.0)
-    target_backend: Backend = backend if send_targets else NotSent(known_errors or {})
     execution: dict[str, object] = {}
     spans = start_run(plan.loaded.spec.name, plan.model, started_at)
-    size = batch_samples or default_batch_samples(plan.repeats)
+    size = options.batch_samples or default_batch_samples(plan.repeats)
 
     def scoring_for(batch: EvalPlan) -> Scoring:
         return Scoring(
-            batch, cache, backend, read_cache=read_cache, prices=prices, sent_before=sent_before
-        )
+            batch, cache, backend, read_cache=options.read_cache, prices=prices,
+            sent_before=options.already_sent,
+        )  # fmt: skip
 
     try:
         with RunDirWriter(results_root) as out:
             batches = _batches(
-                plan, cache, target_backend, read_cache=read_cache, timings=timings,
-                progress=progress, batch_samples=size, scoring_for=scoring_for,
+                plan, cache, options.targets or backend, read_cache=options.read_cache,
+                timings=timings, progress=options.progress, batch_samples=size,
+                scoring_for=scoring_for,
             )  # fmt: skip
             _write(batches, totals, out, timings, execution, spans)
             summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
@@ -361,6 +375,46 @@ def parse_model(
         raise UsageError(f"model {text}: {message}") from None
 
 
+@dataclass(frozen=True)
+class PlannedSpec:
+    """A spec loaded, its models resolved and each one planned: every input checked
+    before anything is called or written."""
+
+    loaded: LoadedSpec
+    plans: list[RunPlan]
+    # Seconds: loading the spec and its dataset (shared by its models), planning each.
+    load_s: float = 0.0
+    plan_s: list[float] = field(default_factory=list)
+
+    def phase_seconds(self, position: int) -> dict[str, float]:
+        """The phases the `position`-th model's run went through before it started."""
+        return {"load": self.load_s, "plan": self.plan_s[position]}
+
+
+def plan_spec(
+    source: SpecSource,
+    models: Sequence[str | ModelConfig] = (),
+    *,
+    base_dir: Path | str | None = None,
+    base_url: str | None = None,
+    repeats: int | None = None,
+) -> PlannedSpec:
+    """Load, resolve models, plan: the one way into a run, for the CLI, `run_spec` and
+    the Dagster assets. `models` (default: the spec's) are resolved by `resolve_model`;
+    raises InputError(s), UsageError or UnknownModel."""
+    started = time.perf_counter()
+    loaded = as_loaded_spec(source, base_dir).with_repeats(repeats)
+    dataset = load_spec_dataset(loaded)
+    load_s = time.perf_counter() - started
+    chosen = [resolve_model(loaded.spec, m, base_url=base_url) for m in models]
+    plans, plan_s = [], []
+    for model in chosen or loaded.spec.models:
+        started = time.perf_counter()
+        plans.append(make_plan(loaded, model, dataset))
+        plan_s.append(time.perf_counter() - started)
+    return PlannedSpec(loaded, plans, load_s, plan_s)
+
+
 def run_spec(
     spec: SpecSource,
     *,
@@ -380,24 +434,22 @@ def run_spec(
     a Python file can be an eval of its own: its scorers are `{type: python, ref:
     "this_file.py:function"}`. `models` are names of the spec's models, `provider/name`
     for others, or `ModelConfig`s. Every spec's input is checked before any call."""
-    from gradetrail_lib.backends import build_backend
-    from gradetrail_lib.engine.plan import plan as make_plan
-
     if isinstance(spec, str | Path) and Path(spec).is_dir():
         sources: list[SpecSource] = list(spec_files(Path(spec)))
     else:
         sources = [spec]
-    specs = []
-    for source in sources:
-        loaded = as_loaded_spec(source, base_dir).with_repeats(repeats)
-        chosen = [resolve_model(loaded.spec, m) for m in models or []] or loaded.spec.models
-        specs += [(loaded, m) for m in chosen]
-    # Every input error before any call: a single plan's run checks it before its first.
-    plans = [make_plan(loaded, m) for loaded, m in specs]
+    # Every spec planned (every input error raised) before any call or write.
+    planned = [plan_spec(s, models or (), base_dir=base_dir, repeats=repeats) for s in sources]
     sender = build_backend(backend, concurrency=concurrency)
     response_cache = ResponseCache(Path(cache) if cache else default_cache_path())
+    done = []
     with sender.session():
-        return [
-            run_model(p, response_cache, sender, Path(results_root), read_cache=read_cache)
-            for p in plans
-        ]
+        for job in planned:
+            for position, each in enumerate(job.plans):
+                options = RunOptions(
+                    read_cache=read_cache, phase_seconds=job.phase_seconds(position)
+                )
+                done.append(
+                    run_model(each, response_cache, sender, Path(results_root), options)
+                )
+    return done
