@@ -7,9 +7,9 @@ line is reported as `path:line: field: message`. Records are written and read as
 (`RecordWriter`, `iter_records`), so no reader needs a whole run in memory.
 
 Records are standard dataclasses that pydantic validates (`TypeAdapter`) rather than
-pydantic models: a run builds one per sample, and a model's validating `__init__` cost
-~26 us per record here against ~7 us for the dataclasses (and `model_construct` ~29 us);
-reading back validates every field either way.
+pydantic models: a run builds one per sample from values it has already checked, which a
+model would validate again (docs/performance.md); reading back validates every field
+either way. Records and calls are built with keywords only.
 """
 
 from collections.abc import Iterable, Iterator
@@ -54,8 +54,7 @@ _OLD_FORMAT = (
 )
 
 
-# Not frozen, for speed: a run builds these per sample (see the module docstring).
-@dataclass
+@dataclass(kw_only=True)
 class ModelCall:
     """One model call made for a sample: the target's answer, or a judge's grading."""
 
@@ -139,7 +138,7 @@ class Retrieval:
     support: dict[str, bool] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TraceRecord:
     __pydantic_config__ = _FORBID
 
