@@ -191,7 +191,7 @@ def test_a_failed_write_maps_to_one_line_exit_1_and_the_old_run_stays(
                 written += 1
                 if written > N // 2:
                     raise OSError(code, os.strerror(code))
-                self._out.write(self._dump(record) + b"\n")
+                self._out.write(trace.record_json(record) + b"\n")
 
         monkeypatch.setattr(trace.RecordWriter, "write", write)
         assert main(args) == 1

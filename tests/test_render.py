@@ -5,8 +5,9 @@ import pytest
 
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
+from gradetrail_lib.spec.prompts import PromptRenderer
 from gradetrail_lib.spec.spec import Spec
-from gradetrail_lib.templating import PromptRenderer, Template, make_environment, substitution_parts
+from gradetrail_lib.templating import Template, make_environment, substitution_parts
 
 DATASET = "data/x.jsonl"
 

@@ -41,7 +41,18 @@ def sample(sample_id: str = "s1", line: int = 1, **fields: Any) -> Sample:
 
 def apply(s: Scorer, response: str, smp: Sample) -> Score:
     """One scorer on one response, as the pipeline calls it (no model calls)."""
-    record = TraceRecord(SCHEMA_VERSION, smp.id, 0, [], [], response, "stop", {}, "scored", None)
+    record = TraceRecord(
+        schema_version=SCHEMA_VERSION,
+        id=smp.id,
+        repeat=0,
+        messages=[],
+        calls=[],
+        response=response,
+        stop_reason="stop",
+        scores={},
+        outcome="scored",
+        failure_mode=None,
+    )
     result = s.score(ScoreInput(smp, response, record), [])
     assert isinstance(result, Score)
     return result

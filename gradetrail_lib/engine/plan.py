@@ -28,8 +28,8 @@ from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.request import ModelRequest, RequestBuilder
 from gradetrail_lib.scorers import Scorer, build_scorer
+from gradetrail_lib.spec.prompts import PromptRenderer
 from gradetrail_lib.spec.spec import LoadedSpec
-from gradetrail_lib.templating import PromptRenderer
 
 # Reported after each finished request: (done, total).
 Progress = Callable[[int, int], None]

@@ -30,7 +30,7 @@ from gradetrail_lib.results.trace import (
 )
 from gradetrail_lib.scorers import Score, ScoreFailed, ScoreInput
 
-_PENDING = ScoreEntry(None, "pending")
+_PENDING = ScoreEntry(score=None, reason="pending")
 
 # Records made, scored and handed on at a time (`Scoring.parts`): each step over a whole
 # batch's 8,192 walked ~20 MB of objects, out of the CPU's caches by the next step; a
@@ -106,13 +106,18 @@ class Scoring:
             return
         item = self.plan.items[position]
         model = self.plan.model
-        calls = []
-        for step in trajectory.calls:
-            call = self._call(
-                "target", step.request, model.provider, model.name, step.response, step.cache_hit
+        calls = [
+            self._call(
+                "target",
+                step.request,
+                model.provider,
+                model.name,
+                step.response,
+                step.cache_hit,
+                error=step.error,
             )
-            call.error = step.error
-            calls.append(call)
+            for step in trajectory.calls
+        ]
         final = trajectory.final if trajectory.stopped != "provider_error" else None
         record = TraceRecord(
             schema_version=SCHEMA_VERSION,
@@ -131,7 +136,9 @@ class Scoring:
         self._stopped[position] = trajectory.stopped
         if final is None:
             reason = trajectory.error or "no response"
-            record.scores = {s.name: ScoreEntry(None, reason) for s in self.plan.scorers}
+            record.scores = {
+                s.name: ScoreEntry(score=None, reason=reason) for s in self.plan.scorers
+            }
             record.outcome = record.failure_mode = "provider_error"
             self._records[position] = record
             return
@@ -210,10 +217,16 @@ class Scoring:
     # -- one record
 
     def _target_call(
-        self, request: ModelRequest, response: ModelResponse | None, cache_hit: bool
+        self,
+        request: ModelRequest,
+        response: ModelResponse | None,
+        cache_hit: bool,
+        error: str | None = None,
     ) -> ModelCall:
         model = self.plan.model
-        return self._call("target", request, model.provider, model.name, response, cache_hit)
+        return self._call(
+            "target", request, model.provider, model.name, response, cache_hit, error=error
+        )
 
     def _call(
         self,
@@ -223,46 +236,81 @@ class Scoring:
         model: str,
         response: ModelResponse | None,
         cache_hit: bool,
+        *,
+        scorer: str | None = None,
+        text: str | None = None,
+        error: str | None = None,
     ) -> ModelCall:
-        """A call as the record keeps it; priced as the model it was asked of."""
+        """A call as the record keeps it; priced as the model it was asked of. A judge's
+        call names its `scorer` and keeps its whole output (`text`); `error`: why the call
+        failed."""
         if role == "target" and cache_hit and request.key in self._sent_before:
             cache_hit = False
         if response is None:
-            return ModelCall(role, request.key, provider, model, None, None, None, None, None,
-                             cache_hit, None)  # fmt: skip
+            return ModelCall(
+                role=role,
+                request_key=request.key,
+                provider=provider,
+                model=model,
+                served_model=None,
+                input_tokens=None,
+                output_tokens=None,
+                latency_s=None,
+                cost_usd=None,
+                cache_hit=cache_hit,
+                stop_reason=None,
+                scorer=scorer,
+                text=text,
+                error=error,
+            )
         tokens_in, tokens_out = response.input_tokens, response.output_tokens
-        # Positional, in the fields' order: a call is made a sample, and keywords cost
-        # 0.4 us more (so do TraceRecord's below).
         return ModelCall(
-            role, request.key, provider, model, response.served_model, tokens_in, tokens_out,
-            response.latency_s, self.prices.cost(provider, model, tokens_in, tokens_out),
-            cache_hit, response.stop_reason,
-        )  # fmt: skip
+            role=role,
+            request_key=request.key,
+            provider=provider,
+            model=model,
+            served_model=response.served_model,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            latency_s=response.latency_s,
+            cost_usd=self.prices.cost(provider, model, tokens_in, tokens_out),
+            cache_hit=cache_hit,
+            stop_reason=response.stop_reason,
+            scorer=scorer,
+            text=text,
+            error=error,
+        )
 
     def _start_record(
         self, item: PlannedSample, response: ModelResponse, cache_hit: bool
     ) -> TraceRecord:
         request = item.request
         return TraceRecord(
-            SCHEMA_VERSION, item.sample.id, item.repeat, request.messages,
-            [self._target_call(request, response, cache_hit)], response.text,
-            response.stop_reason, {}, "scored", None, [], retrieval_of(item.sample.fields),
-        )  # fmt: skip
+            schema_version=SCHEMA_VERSION,
+            id=item.sample.id,
+            repeat=item.repeat,
+            messages=request.messages,
+            calls=[self._target_call(request, response, cache_hit)],
+            response=response.text,
+            stop_reason=response.stop_reason,
+            scores={},
+            outcome="scored",
+            failure_mode=None,
+            retrieval=retrieval_of(item.sample.fields),
+        )
 
     def _unanswered(self, item: PlannedSample, responses: Responses) -> TraceRecord:
         error = responses.errors.get(item.request.key)
         reason = error.message if error else "no response (run interrupted)"
-        call = self._target_call(item.request, None, False)
-        call.error = reason
         return TraceRecord(
             schema_version=SCHEMA_VERSION,
             id=item.sample.id,
             repeat=item.repeat,
             messages=item.request.messages,
-            calls=[call],
+            calls=[self._target_call(item.request, None, False, error=reason)],
             response=None,
             stop_reason=None,
-            scores={s.name: ScoreEntry(None, reason) for s in self.plan.scorers},
+            scores={s.name: ScoreEntry(score=None, reason=reason) for s in self.plan.scorers},
             outcome="provider_error",
             failure_mode="provider_error",
             retrieval=retrieval_of(item.sample.fields),
@@ -288,7 +336,7 @@ class Scoring:
                     record.scores[scorer.name] = _PENDING
                     pending.append((record, scorer.name, result))
                     continue
-                record.scores[scorer.name] = ScoreEntry(result.value, result.reason)
+                record.scores[scorer.name] = ScoreEntry(score=result.value, reason=result.reason)
             except Exception as exc:  # one bad (sample, scorer) must not stop the run
                 record.scores[scorer.name] = _failed(exc)
         return pending
@@ -303,27 +351,37 @@ class Scoring:
         endpoint = request.endpoint
         response = outcome if isinstance(outcome, ModelResponse) else None
         cache_hit = request.key in calls.cache_hits
-        call = self._call("judge", request, endpoint.provider, endpoint.model, response, cache_hit)
-        call.scorer = scorer
-        call.text = response.text if response else None
+        error = None
         if isinstance(outcome, ProviderError):
-            call.error = outcome.message
+            error = outcome.message
         elif outcome is None:
-            call.error = "no response (run interrupted)"
-        return call
+            error = "no response (run interrupted)"
+        return self._call(
+            "judge",
+            request,
+            endpoint.provider,
+            endpoint.model,
+            response,
+            cache_hit,
+            scorer=scorer,
+            text=response.text if response is not None else None,
+            error=error,
+        )
 
 
 def _failed(exc: BaseException) -> ScoreEntry:
     if isinstance(exc, ScoreFailed):
-        return ScoreEntry(None, exc.reason, exc.kind)
-    return ScoreEntry(None, f"scorer raised {type(exc).__name__}: {exc}", "scorer_error")
+        return ScoreEntry(score=None, reason=exc.reason, error=exc.kind)
+    return ScoreEntry(
+        score=None, reason=f"scorer raised {type(exc).__name__}: {exc}", error="scorer_error"
+    )
 
 
 async def _await_scores(pending: list[tuple[TraceRecord, str, Awaitable[Score]]]) -> None:
     async def one(record: TraceRecord, name: str, awaitable: Awaitable[Any]) -> None:
         try:
             result = await awaitable
-            record.scores[name] = ScoreEntry(result.value, result.reason)
+            record.scores[name] = ScoreEntry(score=result.value, reason=result.reason)
         except Exception as exc:
             record.scores[name] = _failed(exc)
 

@@ -7,9 +7,9 @@ line is reported as `path:line: field: message`. Records are written and read as
 (`RecordWriter`, `iter_records`), so no reader needs a whole run in memory.
 
 Records are standard dataclasses that pydantic validates (`TypeAdapter`) rather than
-pydantic models: a run builds one per sample, and a model's validating `__init__` cost
-~26 us per record here against ~7 us for the dataclasses (and `model_construct` ~29 us);
-reading back validates every field either way.
+pydantic models: a run builds one per sample from values it has already checked, which a
+model would validate again (docs/performance.md); reading back validates every field
+either way. Records and calls are built with keywords only.
 """
 
 from collections.abc import Iterable, Iterator
@@ -19,7 +19,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    ValidationError,
+    with_config,
+)
 
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
@@ -54,12 +62,10 @@ _OLD_FORMAT = (
 )
 
 
-# Not frozen, for speed: a run builds these per sample (see the module docstring).
-@dataclass
+@with_config(_FORBID)
+@dataclass(kw_only=True)
 class ModelCall:
     """One model call made for a sample: the target's answer, or a judge's grading."""
-
-    __pydantic_config__ = _FORBID
 
     role: Role
     request_key: str
@@ -80,22 +86,20 @@ class ModelCall:
     error: str | None = None
 
 
+@with_config(_FORBID)
 @dataclass
 class ScoreEntry:
     """One scorer's verdict on one sample; `error` says why there is no score."""
-
-    __pydantic_config__ = _FORBID
 
     score: float | None
     reason: str
     error: ScoreErrorKind | None = None
 
 
+@with_config(_FORBID)
 @dataclass
 class ToolResult:
     """One tool call of an agent step and what came of it."""
-
-    __pydantic_config__ = _FORBID
 
     tool_call_id: str
     name: str
@@ -107,12 +111,11 @@ class ToolResult:
     documents: list[dict[str, Any]] = field(default_factory=list)
 
 
+@with_config(_FORBID)
 @dataclass
 class AgentStep:
     """One model call of an agent's trajectory: what it said, the tools it called and
     what they returned, with the call's key, usage, latency and cache hit."""
-
-    __pydantic_config__ = _FORBID
 
     index: int
     request_key: str
@@ -127,22 +130,20 @@ class AgentStep:
     error: str | None = None
 
 
+@with_config(_FORBID)
 @dataclass
 class Retrieval:
     """What a sample says about retrieval (gradetrail_lib.analysis.retrieval): the ids of the
     documents relevant to it (`relevant_context_ids`) and the scripted support verdicts of
     documents an answer may cite (`citation_support`, document id -> supported)."""
 
-    __pydantic_config__ = _FORBID
-
     relevant_ids: list[str] = field(default_factory=list)
     support: dict[str, bool] = field(default_factory=dict)
 
 
-@dataclass
+@with_config(_FORBID)
+@dataclass(kw_only=True)
 class TraceRecord:
-    __pydantic_config__ = _FORBID
-
     schema_version: int
     id: str
     repeat: int
@@ -388,8 +389,6 @@ class RecordWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        # The serializer itself: TypeAdapter.dump_json's wrapper adds a third (0.55 us).
-        self._dump = record_adapter().serializer.to_json
         # A large buffer: with the default 8 KiB, writing 100,000 records of ~650 bytes
         # took 0.19 s of system calls, with 1 MiB 0.04 s (docs/performance.md).
         self._out = open(path, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 (closed by close() / __exit__)
@@ -397,8 +396,7 @@ class RecordWriter:
 
     def write(self, records: Iterable[TraceRecord]) -> None:
         """Records, a line each (a part of a batch at a time: joined, one write)."""
-        dump = self._dump
-        self._out.write(b"".join([dump(record) + b"\n" for record in records]))
+        self._out.write(b"".join([record_json(record) + b"\n" for record in records]))
 
     def close(self) -> None:
         self._out.close()
