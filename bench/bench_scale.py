@@ -81,7 +81,8 @@ def measured_tree(args: list[str], cwd: Path) -> tuple[float, list[int], str]:
     its own and its waited-for children's, so no more than that when it had one)."""
     started = time.perf_counter()
     peaks: dict[int, int] = {}
-    with open(cwd / "out.txt", "w") as out, open(cwd / "err.txt", "w") as err:
+    # The command's output goes to files of their own, never into the working directory.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         child = subprocess.Popen(args, cwd=cwd, stdout=out, stderr=err)
         done = threading.Event()
 
@@ -97,11 +98,13 @@ def measured_tree(args: list[str], cwd: Path) -> tuple[float, list[int], str]:
         _, status, usage = os.wait4(child.pid, 0)
         done.set()
         watcher.join()
-    wall = time.perf_counter() - started
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     child.returncode = os.waitstatus_to_exitcode(status)
-    stdout = (cwd / "out.txt").read_text()
     if child.returncode != 0:
-        raise RuntimeError(f"{args} failed: {(cwd / 'err.txt').read_text()[-2000:]}")
+        raise RuntimeError(f"{args} failed: {stderr[-2000:]}")
     rusage = usage.ru_maxrss * 1024
     own = peaks.pop(child.pid, 0)
     if not peaks:  # no child: the rusage is the process's own

@@ -1,22 +1,24 @@
-"""Config pieces shared by the spec and the scorer configs: strict models, templates, the
-model and its sampling parameters. (Scorer configs live with their scorers, and the spec
-assembles them, so this module is the one both import.)"""
+"""Config pieces every part of a spec shares: strict models, the sampling parameters, and
+the Python functions a spec names by `ref` (`path/to/file.py:function`, relative to the
+spec, or `package.module:function`), which Python scorers and Python tools load here; the
+source file is what the scorer hash and the run identity cover."""
 
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
-import jinja2
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def check_template(source: str) -> str:
-    try:
-        jinja2.Environment().parse(source)
-    except jinja2.TemplateSyntaxError as exc:
-        raise ValueError(f"template syntax error on its line {exc.lineno}: {exc.message}") from exc
-    return source
 
 
 class Params(Strict):
@@ -38,3 +40,81 @@ class Params(Strict):
         if clash:
             raise ValueError(f"{', '.join(clash)} cannot be set through extra")
         return extra
+
+
+class ScorerLoadError(ValueError):
+    """A `ref` that names no loadable function (reported at its spec line)."""
+
+
+def _is_file_ref(source: str) -> bool:
+    return source.endswith(".py") or "/" in source
+
+
+def source_path(ref: str, base_dir: Path) -> Path:
+    """The file whose content the scorer hash covers."""
+    source = ref.rpartition(":")[0]
+    if _is_file_ref(source):
+        path = (base_dir / source).resolve()
+        if not path.is_file():
+            raise ScorerLoadError(f"no such file: {path}")
+        return path
+    try:
+        found = importlib.util.find_spec(source)
+    except (ImportError, ValueError) as exc:
+        raise ScorerLoadError(f"cannot find module {source!r}: {exc}") from exc
+    if found is None or not found.origin or not Path(found.origin).is_file():
+        raise ScorerLoadError(f"cannot find module {source!r}")
+    return Path(found.origin)
+
+
+@cache
+def _load_file(path: Path, digest: str) -> ModuleType:
+    # Keyed on the content: an edited file is loaded again (a long-lived Dagster process).
+    name = f"gradetrail_scorer_{digest[:16]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ScorerLoadError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise ScorerLoadError(f"{path} raised {type(exc).__name__} on import: {exc}") from exc
+    return module
+
+
+def load_function(
+    ref: str, base_dir: Path, arguments: tuple[str, ...] | None
+) -> Callable[..., Any]:
+    """The function `ref` names; with `arguments`, it may ask for no other keyword
+    without a default (a scorer's); None takes any (a tool's, called with its arguments)."""
+    source, _, name = ref.rpartition(":")
+    path = source_path(ref, base_dir)
+    if _is_file_ref(source):
+        module = _load_file(path, hashlib.sha256(path.read_bytes()).hexdigest())
+    else:
+        try:
+            module = importlib.import_module(source)
+        except Exception as exc:
+            raise ScorerLoadError(
+                f"importing {source!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+    function: Callable[..., Any] | None = getattr(module, name, None)
+    if function is None or not callable(function):
+        raise ScorerLoadError(f"{source} has no function {name!r}")
+    if arguments is None:
+        return function
+    wanted = inspect.signature(function).parameters
+    unknown = [
+        p.name
+        for p in wanted.values()
+        if p.name not in arguments
+        and p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    ]
+    if unknown:
+        raise ScorerLoadError(
+            f"{name}() asks for {', '.join(unknown)}; a scorer may ask for " + ", ".join(arguments)
+        )
+    return function

@@ -117,3 +117,11 @@ class Template:
             else:
                 return None
         return "".join(out)
+
+
+def check_template(source: str) -> str:
+    try:
+        jinja2.Environment().parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"template syntax error on its line {exc.lineno}: {exc.message}") from exc
+    return source

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradetrail_lib.config import load_function
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.hashing import canonical_json
 from gradetrail_lib.spec.tools import ToolConfig
@@ -54,8 +55,6 @@ class Toolbox:
     """The spec's tools, ready to run for any sample."""
 
     def __init__(self, tools: list[ToolConfig], base_dir: Path) -> None:
-        from gradetrail_lib.refs import load_function
-
         self.tools = {t.name: t for t in tools}
         self._functions = {
             t.name: load_function(t.ref, base_dir, arguments=None) for t in tools if t.ref

@@ -29,7 +29,7 @@ from gradetrail_lib.scorers.base import (
     clip,
 )
 from gradetrail_lib.scorers.registry import ScorerConfig
-from gradetrail_lib.templating import Template
+from gradetrail_lib.templating import Template, check_template
 
 DEFAULT_VALUES = {"C": 1.0, "P": 0.5, "I": 0.0}
 
@@ -127,8 +127,6 @@ class Config(ScorerConfig):
                 source = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise ValueError(f"cannot read the judge prompt {path}: {exc}") from exc
-            from gradetrail_lib.config import check_template
-
             check_template(source)
         return prompt_file
 

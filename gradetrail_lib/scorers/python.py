@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator
 
-from gradetrail_lib.refs import load_function, source_path
+from gradetrail_lib.config import load_function, source_path
 from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput
 from gradetrail_lib.scorers.registry import ScorerConfig
 

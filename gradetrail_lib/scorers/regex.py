@@ -18,7 +18,6 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from gradetrail_lib.config import check_template
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.providers.request import Message
 from gradetrail_lib.scorers.base import (
@@ -30,7 +29,7 @@ from gradetrail_lib.scorers.base import (
     field_value,
 )
 from gradetrail_lib.scorers.registry import ScorerConfig
-from gradetrail_lib.templating import Template, make_environment
+from gradetrail_lib.templating import Template, check_template, make_environment
 
 RegexFlag = Literal["IGNORECASE", "MULTILINE", "DOTALL", "VERBOSE", "ASCII"]
 

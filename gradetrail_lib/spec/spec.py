@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from gradetrail_lib.config import Params, Strict, check_template
+from gradetrail_lib.config import Params, Strict
 from gradetrail_lib.datasets.ref import DatasetRef
 from gradetrail_lib.errors import InputError, InputErrors, UnknownModel
 from gradetrail_lib.providers.config import ModelConfig, ProviderName, Watch
@@ -22,6 +22,7 @@ from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
 from gradetrail_lib.scorers.registry import config_types
 from gradetrail_lib.spec.tools import ToolConfig
 from gradetrail_lib.spec.yaml_lines import Location, YamlDocument, load_yaml
+from gradetrail_lib.templating import check_template
 
 __all__ = [
     "AnyScorer",

@@ -5,8 +5,7 @@ from typing import Any
 
 from pydantic import Field, JsonValue, ValidationInfo, field_validator
 
-from gradetrail_lib.config import Strict
-from gradetrail_lib.refs import load_function, source_path
+from gradetrail_lib.config import Strict, load_function, source_path
 from gradetrail_lib.scorers.schemas import schema_problem
 
 _NO_PARAMETERS: dict[str, JsonValue] = {"type": "object", "properties": {}}
