@@ -29,15 +29,14 @@ from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import CallTotals, Manifest, TraceRecord
 
 # Rows per INSERT: each column's values of one batch are a list (`insert_rows`), which
-# DuckDB converts whole (measured, 1,000,000 rows under the limit below: a peak 34 MB
-# higher at 8,192 rows a batch than at 2,048, and no faster).
+# DuckDB converts whole: larger batches raised the peak memory and were no faster
+# (docs/performance.md).
 INSERT_ROWS = 2_048
 # DuckDB's memory while a partition's rows go in: an open transaction keeps its rows in
 # memory up to the limit (80 % of RAM by default) and spills the rest to the database's
-# temporary folder. Measured (DuckDB 2.0.1, the scores table's columns, a process at
-# 113 MB before): 100,000 rows with 1 KB reasons peaked at 414 MB without it, 179 MB
-# with it; 1,000,000 short rows at 362 MB without it, 164 MB with it. A transaction that
-# cannot fit in it (100,000 rows with 8 KB reasons did not) is tried again without it.
+# temporary folder; with the limit a partition peaks at a fraction of its memory without
+# one (docs/performance.md). A transaction that cannot fit in it (rows with long reasons
+# may not) is tried again without it.
 TABLE_MEMORY_LIMIT = "32MB"
 
 Rows = Iterable[Sequence[Any]]

@@ -127,7 +127,7 @@ class LocalBackend:
                 for _ in range(workers):
                     group.create_task(worker())
                     # Started together, all C workers open their connections first and
-                    # the first request waits for all of them (~15 ms at C=64); one loop
+                    # the first request waits for all of them; one loop
                     # turn apart, each sends as soon as it is connected.
                     await asyncio.sleep(0)
         except* RunAborted as aborted:

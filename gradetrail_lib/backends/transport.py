@@ -1,10 +1,10 @@
 """An httpx transport for HTTP/1.1 over plain asyncio streams, parsed by httptools.
 
-httpx's default transport (httpcore on anyio) costs about 0.7 ms of CPU per request on
-these machines, and its pool degrades with many requests in flight (docs/performance.md);
-at 64 in flight that CPU alone stretches every 200 ms round by tens of milliseconds.
-Framing with h11 instead still cost ~150 us a request in its pure-Python state machine;
-httptools (llhttp, the parser uvicorn uses) parses an answer in ~3 us. The request head
+httpx's default transport (httpcore on anyio) costs CPU on every request, and its pool
+degrades with many requests in flight (docs/performance.md); with many in flight that CPU
+alone stretches every round of answers. Framing with h11 instead still cost much of it in
+its pure-Python state machine; httptools (llhttp, the parser uvicorn uses) parses an answer
+in a small fraction of that. The request head
 is written here: method, path, and httpx's own headers (Host and Content-Length
 included), each checked as h11 would check it. Each connection carries one request at a
 time and is kept alive for the next; the backends bound how many are in flight, so the
@@ -110,7 +110,7 @@ def _is_ip(host: str) -> bool:
 
 @cache
 def shared_ssl_context() -> ssl.SSLContext:
-    """One CA bundle load per process, on first use: each costs ~30 ms, which a plain-http
+    """One CA bundle load per process, on first use: each is slow, which a plain-http
     run should not pay and a many-client run should not pay many times."""
     return httpx.create_ssl_context()
 

@@ -2,10 +2,11 @@
 
 DuckDB lets one process at a time open a file, and another cannot even read it
 meanwhile, so no connection may outlive one short transaction. Opening a file with
-`duckdb.connect` starts a whole database instance (about 20 ms here, mostly its
-built-in catalog), which made every cache write cost ~40 ms of CPU. Instead each
+`duckdb.connect` starts a whole database instance (mostly its built-in catalog), which
+made every cache write cost many times the write itself. Instead each
 process keeps one in-memory instance and ATTACHes the file for a transaction and
-DETACHes it after (under 1 ms and 3 ms): DETACH releases the file lock as closing did.
+DETACHes it after, far cheaper (docs/performance.md): DETACH releases the file lock as
+closing did.
 
 Threads of one process share the attachment (counted, detached by the last user),
 since one instance cannot attach a file twice.

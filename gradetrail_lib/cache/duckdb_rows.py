@@ -1,6 +1,6 @@
 """Bulk inserts into DuckDB.
 
-DuckDB's executemany costs milliseconds per row (measured: 2.6 ms), so rows go in as
+DuckDB's executemany costs milliseconds per row (docs/performance.md), so rows go in as
 one typed array per column, unnested in a single statement.
 """
 

@@ -5,11 +5,11 @@ meanwhile. So no connection outlives one short transaction (`duckdb_file`): look
 writes open, work and close, retrying while another process holds the lock.
 
 The table is an append-only log without a key constraint: a lookup takes the earliest
-row of each key. A PRIMARY KEY index made the file ~6x larger and every write
-transaction cost ~10 ms of CPU instead of ~6, growing with the file; two rows of one key
+row of each key. A PRIMARY KEY index made the file several times larger and every write
+transaction cost more CPU, growing with the file (docs/performance.md); two rows of one key
 only arise when two processes pay for the same request at once (both are kept).
 
-Responses are written by a background thread. A write transaction costs ~6 ms of CPU
+Responses are written by a background thread. A write transaction costs about the same CPU
 whatever its size, so the writer waits for a pause in arrivals (`QUIET_S`) and puts
 everything that arrived in one transaction, but never holds a response longer than
 `MAX_DELAY_S`: a killed run loses what was in flight and at most that much of what had
@@ -63,11 +63,11 @@ _COLUMNS: list[Column] = [
 
 
 # Files written before the log format keyed the table with a PRIMARY KEY constraint.
-# (pragma_table_info answers in ~1 ms; duckdb_constraints() took ~10 ms in a new process.)
+# (pragma_table_info answers sooner than duckdb_constraints() in a new process.)
 _HAS_KEY_CONSTRAINT = "SELECT bool_or(pk) FROM pragma_table_info('responses')"
 
 # The keys a lookup asks for, as a table: they are bound as one comma-separated string
-# (request keys are hex), which DuckDB splits ~2x faster than it takes a list of Python
+# (request keys are hex), which DuckDB splits faster than it takes a list of Python
 # strings; a join on it is a plain hash join, cheaper than `IN (subquery)`'s mark join.
 _KEYS_TABLE = "SELECT DISTINCT unnest(string_split($keys, ',')) AS key"
 

@@ -244,8 +244,8 @@ def _checked_rows(
 class IdHashes:
     """The ids' hashes, 40 bits of each: the low 8 pick one of 256 buckets, the next 32
     are kept in it (4 bytes an id). A run that checks its dataset as it goes holds them
-    to its end, beside what DuckDB holds then (a million ids: 4 MB, not 8); each bucket
-    is sorted on its own at the end (a sorted list of a million Python ints took 55 MB).
+    to its end, beside what DuckDB holds then (half what 8-byte hashes would); each bucket
+    is sorted on its own at the end (one sorted list of Python ints is far larger).
     A million ids share a 40-bit hash about once in two datasets; the only cost of that
     is `_first_duplicate`'s second read."""
 

@@ -76,7 +76,7 @@ class CallStage:
                 return
             self._wake_pending = True
         # One wake-up for whatever arrives before the loop takes it: a wake-up per
-        # response (a write to the loop's socket) cost ~60 us, most of a cached run.
+        # response (a write to the loop's socket) was most of a cached run's time.
         self._loop.call_soon_threadsafe(self._take_submitted)
 
     def _take_submitted(self) -> None:

@@ -22,9 +22,9 @@ def json_post(url: str, headers: dict[str, str], body: dict[str, Any]) -> httpx.
     """A POST with a JSON body, built for the hot path. The body is encoded as httpx's
     `json=` would (compact, UTF-8, no NaN), and the request carries the headers httpx
     would add (Host, Content-Length) and gradetrail's User-Agent, with the body as a ready
-    stream: httpx's own `content=` path (encoding, then preparing headers) cost 22 of the
-    25 us it took to build a request here. Like any streamed request, it is read (`aread`)
-    to be sent."""
+    stream: httpx's own `content=` path (encoding, then preparing headers) was most of the
+    cost of building a request (docs/performance.md). Like any streamed request, it is read
+    (`aread`) to be sent."""
     content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     data = content.encode("utf-8")
     parsed = _parsed_url(url)

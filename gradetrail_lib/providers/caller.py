@@ -91,7 +91,7 @@ async def call_model(
     """One request, with the retry policy applied. Raises ProviderError when it gives up.
 
     Straight to the transport, not through an httpx client: a client adds nothing these
-    requests use (cookies, auth flows, redirects, hooks) and ~120 us of CPU per request.
+    requests use (cookies, auth flows, redirects, hooks) and CPU on every request.
     `gate` (the adaptive limiter) admits each attempt and sees how it ended."""
     if request.endpoint.provider == "scripted":
         from gradetrail_lib.providers.scripted import answer

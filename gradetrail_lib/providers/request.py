@@ -64,7 +64,7 @@ class Endpoint:
 SCRIPTED_BASE_URL = "scripted://in-process"
 
 
-# Not frozen, for speed: one per sample (a frozen dataclass's __init__ cost ~6x).
+# Not frozen, for speed: one per sample, and a frozen dataclass's __init__ costs more.
 @dataclass
 class ModelRequest:
     key: str

@@ -1,6 +1,6 @@
 """A result set's scores on one scorer, sample by sample: all that a paired comparison
-reads of it, a few bytes a record (a run of 100,000 samples is ~10 MB of sheets, its
-records ~1 GB in memory).
+reads of it, a few bytes a record, where the records themselves take far more in memory
+(docs/performance.md).
 
 A sample's score is what `TraceRecord.score_of` says, NaN where that is None (no
 response, or the scorer failed): NaN fails every pass threshold, and counts 0 where a

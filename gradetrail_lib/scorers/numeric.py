@@ -55,8 +55,8 @@ def build(config: Config, base_dir: Path) -> "NumericMatch":
 # A sign counts only where it cannot be a hyphen: "pages 10-12" ends with 12, not -12.
 _SIGN = r"(?:(?<![\w.])[-+])?"
 # The lookahead names what a number starts with, which the pattern (starting with an
-# optional group) does not tell the regex engine: 2.5x faster on a short answer, 5x on a
-# long one, the same matches.
+# optional group) does not tell the regex engine, so the engine skips ahead to where a
+# number may start; the same matches (docs/performance.md).
 NUMBER = re.compile(
     rf"(?=[-+.\d])(?:{_SIGN}(?:\d{{1,3}}(?:,\d{{3}})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|{_SIGN}\.\d+)"
 )
@@ -85,8 +85,8 @@ class NumericMatch(BaseScorer):
     def expected(self, sample: Sample) -> float:
         value = sample.fields[self.config.field]
         if isinstance(value, str) and value.isdecimal():
-            # Digits only (what `\d` matches): parse_number's answer, 5x sooner; a run
-            # asks twice a sample (its check, its score).
+            # Digits only (what `\d` matches): parse_number's answer without its regex,
+            # which counts because a run asks twice a sample (its check, its score).
             return float(value)
         if isinstance(value, bool):
             raise ValueError(f"field {self.config.field!r} is a boolean, not a number")

@@ -1,7 +1,7 @@
 """Regex match; the pattern is a template rendered per sample with values regex-escaped.
 
-A dataset has one pattern per sample, and compiling one costs about 24 us in Python's
-`re` (its parser is pure Python): most of a 10,000-sample re-score. The commonest
+A dataset has one pattern per sample, and compiling one is slow in Python's `re` (its
+parser is pure Python): most of a re-score's time (docs/performance.md). The commonest
 pattern, a fixed text around an inserted answer ("Answer: {{ answer }}"), is a plain
 literal once rendered, and a literal needs no regex engine: with no IGNORECASE (whose
 Unicode case folding a string comparison would not reproduce) or VERBOSE flag, its

@@ -1,6 +1,6 @@
 """Draft 2020-12 schema checks, shared by the spec loader and the json_schema scorer.
 
-jsonschema is imported on first use: it costs ~0.12 s, a quarter of the CLI's start-up,
+jsonschema is imported on first use: it is a large part of the CLI's start-up,
 and only specs with a json_schema scorer need it.
 """
 

@@ -3,8 +3,8 @@
 
 The arithmetic is scipy's (`binomtest(...).proportion_ci`, `bootstrap`), with one
 exception: the Wilson interval is the closed form scipy itself evaluates, written out
-with the standard library's normal quantile. Importing scipy.stats costs about 0.8 s
-here, 1.6 times the whole CLI's start-up, and `gradetrail run` prints a Wilson interval
+with the standard library's normal quantile. Importing scipy.stats costs more than the
+whole CLI's start-up (docs/performance.md), and `gradetrail run` prints a Wilson interval
 after every run; tests hold the two equal to 1e-12 over a grid of k, n and confidence.
 scipy is imported only where it is needed (exact intervals, bootstraps, McNemar; a run
 with repeats, whose intervals resample cases: `stats.clusters`).
