@@ -2,6 +2,14 @@
 
 import errno
 import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+# Where pydantic found an error: keys and list indexes, outermost first.
+Loc = tuple[int | str, ...]
 
 
 class GradetrailError(Exception):
@@ -27,6 +35,75 @@ class InputErrors(GradetrailError):
     def __init__(self, errors: list[InputError]) -> None:
         self.errors = errors
         super().__init__("\n".join(str(e) for e in errors))
+
+
+def one_or_all(errors: list[InputError]) -> InputError | InputErrors:
+    """What to raise for errors found together: the one, or all of them."""
+    return errors[0] if len(errors) == 1 else InputErrors(errors)
+
+
+def first_of(errors: list[InputError]) -> InputError:
+    """The first error, saying how many more there are: `... (and 2 more)`."""
+    first = errors[0]
+    if len(errors) == 1:
+        return first
+    more = f" (and {len(errors) - 1} more)"
+    return InputError(first.path, first.line, first.field, first.message + more)
+
+
+def dotted(loc: Loc) -> str:
+    """A field as pydantic's `loc`, its parts joined with dots: `scorers.0.pattern`."""
+    return ".".join(str(p) for p in loc)
+
+
+def indexed(loc: Loc) -> str:
+    """A field as code would name it, list indexes in brackets: `scorers[0].pattern`."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+
+
+# A `loc`'s field, as the user wrote it, and its line.
+Locate = Callable[[Loc], tuple[str, int | None]]
+
+
+def on_line(line: int | None, name: Callable[[Loc], str] = dotted) -> Locate:
+    """Every field on one line (a JSON record's), named by `name`."""
+    return lambda loc: (name(loc), line)
+
+
+# A field where pydantic puts it, no line (an object in memory).
+NOWHERE = on_line(None)
+
+
+# pydantic's error types put in a file's own words: a spec file's (YAML keys)...
+KEY_WORDS: Mapping[str, str] = {"extra_forbidden": "unknown key"}
+# ...and a JSON record's (a results.jsonl line, a history entry); other errors keep
+# pydantic's message.
+FIELD_WORDS: Mapping[str, str] = {
+    "extra_forbidden": "unknown field",
+    "unexpected_keyword_argument": "unknown field",
+    "missing": "missing",
+    "missing_argument": "missing",
+}
+
+
+def input_errors(
+    exc: "ValidationError",
+    file: str,
+    locate: Locate = NOWHERE,
+    *,
+    words: Mapping[str, str] = KEY_WORDS,
+) -> list[InputError]:
+    """pydantic's errors as `file:line: field: message`, in pydantic's order. `locate`
+    gives a `loc`'s field, as the user wrote it, and its line (by default: `dotted`, no
+    line). A message is pydantic's, less the "Value error, " it puts before a
+    validator's ValueError, or the entry of its error type in `words`."""
+    errors = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        field, line = locate(loc)
+        message = words.get(error["type"], str(error["msg"]).removeprefix("Value error, "))
+        errors.append(InputError(file, line, field or None, message))
+    return errors
 
 
 class UsageError(GradetrailError):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.datasets.dataset import load_dataset
+from gradetrail_lib.datasets import load_dataset
 from gradetrail_lib.errors import InputError
 
 SHOWN = "data/x.jsonl"

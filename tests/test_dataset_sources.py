@@ -10,8 +10,7 @@ import duckdb
 import pytest
 
 from gradetrail_lib import run_spec
-from gradetrail_lib.datasets.dataset import load_dataset, load_dataset_ref
-from gradetrail_lib.datasets.ref import DatasetRef
+from gradetrail_lib.datasets import DatasetRef, load_dataset, load_dataset_ref
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json
 from gradetrail_lib.spec.spec import load_spec
@@ -136,6 +135,22 @@ def test_hashes_follow_the_file_bytes(tmp_path: Path) -> None:
     p1 = load_dataset(write_parquet(tmp_path / "x.parquet", [{"id": "a", "q": "x"}]))
     p2 = load_dataset(write_parquet(tmp_path / "x.parquet", [{"id": "a", "q": "y"}]))
     assert p1.content_hash != p2.content_hash
+
+
+def test_the_registry_names_the_formats_and_their_suffixes(tmp_path: Path) -> None:
+    from gradetrail_lib.datasets import dataset_format
+    from gradetrail_lib.datasets.registry import format_names
+
+    assert format_names() == ("jsonl", "csv", "parquet")
+    choices = DatasetRef.model_json_schema()["properties"]["format"]["anyOf"][0]["enum"]
+    assert choices == list(format_names())
+    assert dataset_format(Path("x.CSV")) == "csv"
+    assert dataset_format(Path("x.parquet")) == "parquet"
+    assert dataset_format(Path("x.txt")) == "jsonl"
+    assert dataset_format(Path("x.csv"), "jsonl") == "jsonl"
+    with pytest.raises(InputError) as info:
+        load_spec(spec_file(tmp_path, "{path: x.tsv, format: tsv}"))
+    assert str(info.value).endswith("dataset.format: Input should be 'jsonl', 'csv' or 'parquet'")
 
 
 def test_dataset_ref_rules(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradetrail_lib.datasets.dataset import load_dataset
+from gradetrail_lib.datasets import load_dataset
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import run_cli

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.datasets.dataset import load_dataset
+from gradetrail_lib.datasets import load_dataset
 from gradetrail_lib.spec.identity import (
     file_hashes,
     records_fingerprint,

@@ -386,3 +386,54 @@ def test_scripted_models_need_exactly_one_answer(tmp_path: Path) -> None:
     err = load_error(write(tmp_path, BASE.replace(
         "name: claude-sonnet-4-6}", "name: claude-sonnet-4-6, text: hi}")))  # fmt: skip
     assert "answer_field and text are settings of provider scripted only" in str(err)
+
+
+def test_one_mapping_from_pydantic_errors() -> None:
+    """`input_errors` is how every loader (spec file, spec in memory, model, results and
+    history records) words pydantic's errors: a spec's unknown key, a record's unknown or
+    missing field, a validator's message without pydantic's "Value error, "."""
+    from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+    from gradetrail_lib.errors import (
+        FIELD_WORDS,
+        first_of,
+        indexed,
+        input_errors,
+        on_line,
+        one_or_all,
+    )
+
+    class Item(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        n: int
+
+        @field_validator("n")
+        @classmethod
+        def _small(cls, n: int) -> int:
+            if n > 9:
+                raise ValueError("must be below 10")
+            return n
+
+    class Doc(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        items: list[Item]
+
+    with pytest.raises(ValidationError) as info:
+        Doc.model_validate({"items": [{"n": 12}, {"m": 1}]})
+    exc = info.value
+    assert [str(e) for e in input_errors(exc, "s.yaml")] == [
+        "s.yaml: items.0.n: must be below 10",
+        "s.yaml: items.1.n: Field required",
+        "s.yaml: items.1.m: unknown key",
+    ]
+    record = input_errors(exc, "r.jsonl", on_line(3, indexed), words=FIELD_WORDS)
+    assert [str(e) for e in record[1:]] == [
+        "r.jsonl:3: items[1].n: missing",
+        "r.jsonl:3: items[1].m: unknown field",
+    ]
+    located = input_errors(exc, "s.yaml", lambda loc: (indexed(loc[:2]), len(loc)))
+    assert (located[0].field, located[0].line) == ("items[0]", 3)
+    assert str(first_of(located)) == "s.yaml:3: items[0]: must be below 10 (and 2 more)"
+    assert first_of(located[:1]) is located[0]
+    assert isinstance(one_or_all(located), InputErrors)
+    assert one_or_all(located[:1]) is located[0]

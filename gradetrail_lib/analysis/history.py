@@ -25,7 +25,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gradetrail_lib.errors import InputError, UsageError
+from gradetrail_lib.errors import (
+    FIELD_WORDS,
+    InputError,
+    UsageError,
+    first_of,
+    input_errors,
+    on_line,
+)
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from gradetrail_lib.results.runs import MANIFEST_FILE
 from gradetrail_lib.results.totals import Totalled, totals_of
@@ -210,15 +217,8 @@ def read_history(results_root: Path) -> list[HistoryEntry]:
         try:
             entries.append(HistoryEntry.model_validate_json(line))
         except ValidationError as exc:
-            errors = exc.errors()
-            first = errors[0]
-            field = ".".join(str(p) for p in first["loc"]) or None
-            kind = first["type"]
-            message = {"extra_forbidden": "unknown field", "missing": "missing"}.get(
-                kind, first["msg"]
-            )
-            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-            raise InputError(str(path), number, field, message + more) from None
+            located = input_errors(exc, str(path), on_line(number), words=FIELD_WORDS)
+            raise first_of(located) from None
     return entries
 
 

@@ -1,5 +1,5 @@
-"""Datasets: rows with a unique `id`, from a JSONL, CSV or Parquet file or a Hugging Face
-dataset.
+"""What every dataset source shares: `Sample`, `Dataset`, the two kinds of source
+(`FileSource`, `RefSource`) and the checks of the rows (each needs a unique `id`).
 
 Each row is a sample; `Sample.line` is where an error about it points: the JSONL line, the
 CSV file line (the header is line 1, so the first row is line 2; a quoted value spanning
@@ -13,25 +13,24 @@ equal, is a new dataset); a Hugging Face dataset's is the sha256 of the canonica
 import datetime
 import decimal
 import hashlib
-import json
 import uuid
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from gradetrail_lib.datasets.ref import DatasetRef
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.hashing import hash_json, sha256_hex
 
 if TYPE_CHECKING:
     from gradetrail_lib.datasets.ref import DatasetRef
 
-Format = Literal["jsonl", "csv", "parquet"]
-_SUFFIXES: dict[str, Format] = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+# A row and where it is: its line or row number (`Sample.line`).
+Row = tuple[int, dict[str, Any]]
+# What a row's number counts, as errors name it ("first on line 2", "first on row 1").
+Unit = Literal["line", "row"]
 
 
 # Not frozen, for speed: one per sample.
@@ -64,108 +63,51 @@ class Dataset:
         """Every sample, validated, in memory (small datasets; a run streams instead)."""
         return list(self.validated())
 
-def _listed(samples: list[Sample]) -> Dataset:
-    """`Dataset` fields of samples in memory (checked when they were loaded)."""
-    return Dataset(Path(), "", lambda _check: iter(samples))
+
+@dataclass(frozen=True)
+class FileSource:
+    """A file format: its `format:` name, the suffixes that stand for it (lower case, with
+    the dot), and `read(path, where)`, the file's dataset (`where` names it in errors)."""
+
+    format: str
+    suffixes: tuple[str, ...]
+    read: Callable[[Path, str], Dataset]
 
 
-def dataset_format(path: Path, given: Format | None = None) -> Format:
-    """The format named in the spec, else the one of the file's suffix; JSONL otherwise."""
-    return given or _SUFFIXES.get(path.suffix.lower(), "jsonl")
+@dataclass(frozen=True)
+class RefSource:
+    """A source named by a key of its own in the spec's `dataset:` (`hf`), with the other
+    keys of `DatasetRef` it takes; `load(ref)` is its dataset."""
+
+    key: str
+    load: Callable[["DatasetRef"], Dataset]
 
 
-def load_dataset(path: Path, shown_as: str | None = None, format: Format | None = None) -> Dataset:
-    """Load and validate a dataset file; `shown_as` is the path printed in errors."""
-    where = shown_as or str(path)
-    kind = dataset_format(path, format)
-    if kind == "jsonl":
-        # Hashed now, read (and checked) as it is iterated: a run streams the file.
-        digest = _file_hash(where, path)
-        return Dataset(path, digest, lambda check: _jsonl_samples(where, path, check))
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
-    unit: Literal["line", "row"] = "line" if kind == "csv" else "row"
-    samples = _samples(where, _duckdb_rows(where, path, kind), unit)
-    return replace(_listed(samples), path=path, content_hash=sha256_hex(raw))
+def in_memory(path: Path, content_hash: str, samples: list[Sample]) -> Dataset:
+    """A dataset of samples in memory (checked when they were loaded)."""
+    return Dataset(path, content_hash, lambda _check: iter(samples))
 
 
-def _file_hash(where: str, path: Path) -> str:
+def cannot_read(where: str, exc: OSError) -> InputError:
+    return InputError(where, None, None, f"cannot read dataset: {exc.strerror}")
+
+
+def file_hash(where: str, path: Path) -> str:
+    """The sha256 of the file's bytes, read a block at a time."""
     try:
         with open(path, "rb") as data:
             return hashlib.file_digest(data, "sha256").hexdigest()
     except OSError as exc:
-        raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
+        raise cannot_read(where, exc) from exc
 
 
-def load_dataset_ref(ref: DatasetRef, base_dir: Path) -> Dataset:
-    """The spec's `dataset:`, a file relative to `base_dir` or a Hugging Face dataset."""
-    if ref.path is not None:
-        return load_dataset((base_dir / ref.path).resolve(), ref.path, ref.format)
-    return load_hf_dataset(ref)
+def first_line(exc: Exception) -> str:
+    """The first line of a library's error (DuckDB's, `datasets`'), else its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _jsonl_samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
-    """A JSONL file's samples, line by line. Split on "\\n" only: str.splitlines() also
-    breaks on U+2028, \\x1c, \\x0c..., which JSON strings may hold raw, and would cut a
-    sample in two and shift every later line number."""
-    try:
-        data = open(path, "rb")  # noqa: SIM115 (closed below, also when abandoned)
-    except OSError as exc:
-        raise InputError(where, None, None, f"cannot read dataset: {exc.strerror}") from exc
-
-    def again() -> Iterator[tuple[int, dict[str, Any]]]:
-        with open(path, "rb") as lines:
-            yield from _jsonl_rows(where, lines)
-
-    with data:
-        rows = _jsonl_rows(where, data)
-        yield from _samples_of(where, rows, again, "line", check, tabular=False)
-
-
-def _jsonl_rows(where: str, lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, raw in enumerate(lines, start=1):
-        try:
-            text_line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(where, number, None, "not valid UTF-8") from exc
-        if not text_line.strip():
-            continue
-        try:
-            obj = json.loads(text_line)
-        except json.JSONDecodeError as exc:
-            raise InputError(where, number, None, f"invalid JSON: {exc.msg}") from exc
-        if not isinstance(obj, dict):
-            raise InputError(where, number, None, "each line must be a JSON object")
-        yield number, obj
-
-
-def _duckdb_rows(
-    where: str, path: Path, kind: Literal["csv", "parquet"]
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    import duckdb
-
-    reader = "read_csv_auto" if kind == "csv" else "read_parquet"
-    # CSV: the header is line 1, the first row line 2. Parquet: rows count from 1.
-    first = 2 if kind == "csv" else 1
-    con = duckdb.connect(":memory:")
-    try:
-        try:
-            cursor = con.execute(f"SELECT * FROM {reader}(?)", [str(path)])
-            names = [d[0] for d in cursor.description or []]
-            values = cursor.fetchall()
-        except duckdb.Error as exc:
-            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(where, None, None, f"cannot read {kind.upper()}: {message}") from exc
-    finally:
-        con.close()
-    for offset, row in enumerate(values):
-        number = first + offset
-        yield number, _jsonable_row(where, number, dict(zip(names, row, strict=True)))
-
-
-def _jsonable_row(where: str, number: int, row: dict[str, Any]) -> dict[str, Any]:
+def jsonable_row(where: str, number: int, row: dict[str, Any]) -> dict[str, Any]:
     """The row's values as JSON values (what a JSONL row holds): dates, times, decimals and
     UUIDs become strings; binary and other values are refused, naming the field."""
 
@@ -185,29 +127,25 @@ def _jsonable_row(where: str, number: int, row: dict[str, Any]) -> dict[str, Any
     return {str(k): convert(str(k), v) for k, v in row.items()}
 
 
-def _samples(
-    where: str,
-    rows: Iterable[tuple[int, dict[str, Any]]],
-    unit: Literal["line", "row"],
-    tabular: bool = True,
-) -> list[Sample]:
+def table_samples(where: str, rows: Iterable[Row], unit: Unit) -> list[Sample]:
+    """The samples of a table's rows (every row has every column), all checked."""
     listed = list(rows)
-    return list(_samples_of(where, listed, lambda: listed, unit, True, tabular))
+    return list(checked_samples(where, listed, lambda: listed, unit, True, tabular=True))
 
 
-def _samples_of(
+def checked_samples(
     where: str,
-    rows: Iterable[tuple[int, dict[str, Any]]],
-    again: Callable[[], Iterable[tuple[int, dict[str, Any]]]],
-    unit: Literal["line", "row"],
+    rows: Iterable[Row],
+    again: Callable[[], Iterable[Row]],
+    unit: Unit,
     check: bool,
-    tabular: bool = True,
+    tabular: bool,
 ) -> Iterator[Sample]:
     """Samples from numbered rows: each needs a unique, non-empty string or integer `id`
     (in a table, where every row has every column, an empty (null) id is a missing one).
     Uniqueness is checked when `check` is set, through the ids' hashes (4 bytes an id,
-    not the ids: `IdHashes`); a hash seen twice is looked at again, so only true
-    duplicates fail."""
+    not the ids: `IdHashes`); a hash seen twice is looked at again, in the rows `again()`
+    gives, so only true duplicates fail."""
     hashes = IdHashes() if check else None
     count = 0
     for sample in _checked_rows(where, rows, hashes, tabular):
@@ -221,10 +159,7 @@ def _samples_of(
 
 
 def _checked_rows(
-    where: str,
-    rows: Iterable[tuple[int, dict[str, Any]]],
-    ids: "IdHashes | None",
-    tabular: bool,
+    where: str, rows: Iterable[Row], ids: "IdHashes | None", tabular: bool
 ) -> Iterator[Sample]:
     """Each row as a sample, its id checked; the ids' hashes added to `ids`."""
     for number, obj in rows:
@@ -274,10 +209,7 @@ class IdHashes:
 
 
 def _first_duplicate(
-    where: str,
-    rows: Iterable[tuple[int, dict[str, Any]]],
-    unit: str,
-    hashes: set[tuple[int, int]],
+    where: str, rows: Iterable[Row], unit: Unit, hashes: set[tuple[int, int]]
 ) -> None:
     """The first id that is truly repeated, among those whose hash was."""
     first_of: dict[str, int] = {}
@@ -293,39 +225,3 @@ def _first_duplicate(
                 f"duplicate id {sample_id!r} (first on {unit} {first_of[sample_id]})",
             )
         first_of[sample_id] = number
-
-
-def load_hf_dataset(ref: DatasetRef) -> Dataset:
-    """A Hugging Face dataset at a fixed commit through `datasets.load_dataset` (the
-    `gradetrail[hf]` extra). Offline (HF_HUB_OFFLINE=1 or HF_DATASETS_OFFLINE=1, or no
-    network) `datasets` reads its local cache (HF_DATASETS_CACHE), which holds a Hub
-    dataset under `<owner>___<name>/<config>/<version>/<commit>/`; a cached copy of
-    another commit is refused, so a run reads exactly the revision the spec names."""
-    where = ref.label
-    try:
-        import datasets
-    except ImportError as exc:
-        raise InputError(
-            where, None, "dataset.hf", "needs the optional extra: pip install 'gradetrail[hf]'"
-        ) from exc
-    try:
-        loaded = datasets.load_dataset(ref.hf, ref.config, split=ref.split, revision=ref.revision)
-    except Exception as exc:  # datasets raises many types (network, cache, config, split)
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(where, None, None, f"cannot load dataset: {message}") from exc
-    files = [Path(f["filename"]) for f in getattr(loaded, "cache_files", [])]
-    if files and files[0].parent.name != ref.revision:
-        raise InputError(
-            where,
-            None,
-            "dataset.revision",
-            f"the local copy ({files[0].parent}) is of revision {files[0].parent.name}, "
-            f"not {ref.revision}",
-        )
-    rows = [
-        (number, _jsonable_row(where, number, dict(row)))
-        for number, row in enumerate(loaded, start=1)
-    ]
-    samples = _samples(where, rows, "row")
-    path = files[0].parent if files else Path(where)
-    return replace(_listed(samples), path=path, content_hash=hash_json([r for _, r in rows]))

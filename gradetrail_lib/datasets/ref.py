@@ -1,8 +1,16 @@
 """Where a spec's samples come from: a file or a Hugging Face dataset at a commit."""
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gradetrail_lib.datasets.registry import format_names
+
+# The `format:` choices: the registered file formats (to the type checker, a string).
+if TYPE_CHECKING:
+    FormatName = str
+else:
+    FormatName = Literal[format_names()]
 
 
 class DatasetRef(BaseModel):
@@ -15,7 +23,7 @@ class DatasetRef(BaseModel):
     path: str | None = Field(
         default=None, description="JSONL, CSV or Parquet file, relative to the spec's folder."
     )
-    format: Literal["jsonl", "csv", "parquet"] | None = Field(
+    format: FormatName | None = Field(
         default=None, description="The file's format; by default from its suffix, else JSONL."
     )
     hf: str | None = Field(default=None, min_length=1, description="Hugging Face repo id.")

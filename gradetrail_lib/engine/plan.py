@@ -21,7 +21,8 @@ from gradetrail_lib.analysis.retrieval import check_sample as check_retrieval_fi
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.live_endpoints import live_requests
 from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
-from gradetrail_lib.datasets.dataset import Dataset, Sample, load_dataset_ref
+from gradetrail_lib.datasets.dataset import Dataset, Sample
+from gradetrail_lib.datasets.registry import load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers.base import ModelResponse, ProviderError

@@ -32,7 +32,7 @@ from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
 from gradetrail_lib.engine.plan import plan as make_plan
 from gradetrail_lib.engine.records import Scoring
 from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
-from gradetrail_lib.errors import InputError, InputErrors, UsageError
+from gradetrail_lib.errors import UsageError, input_errors, one_or_all
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.config import ModelConfig, ProviderName
 from gradetrail_lib.providers.pricing import PriceList, load_prices
@@ -310,17 +310,8 @@ def as_loaded_spec(spec: SpecSource, base_dir: Path | str | None = None) -> Load
     try:
         validated = Spec.model_validate(dict(spec), context={"base_dir": base})
     except ValidationError as exc:
-        errors = [_spec_error(where, err) for err in exc.errors()]
-        raise (errors[0] if len(errors) == 1 else InputErrors(errors)) from None
+        raise one_or_all(input_errors(exc, str(where))) from None
     return LoadedSpec(spec=validated, path=where)
-
-
-def _spec_error(where: Path, error: Any) -> InputError:
-    field = ".".join(str(p) for p in error["loc"]) or None
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown key"
-    return InputError(str(where), None, field, message)
 
 
 def resolve_model(
@@ -371,7 +362,7 @@ def parse_model(
             {"provider": provider, "name": name, "base_url": base_url, "api_key_env": api_key_env}
         )
     except ValidationError as exc:
-        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        message = input_errors(exc, text)[0].message
         raise UsageError(f"model {text}: {message}") from None
 
 

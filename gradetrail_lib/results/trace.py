@@ -29,7 +29,7 @@ from pydantic import (
     with_config,
 )
 
-from gradetrail_lib.errors import InputError
+from gradetrail_lib.errors import FIELD_WORDS, InputError, first_of, indexed, input_errors, on_line
 from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
 
 SCHEMA_VERSION = 2
@@ -324,29 +324,15 @@ class Manifest(_Model):
         return f"{self.spec.name}/{self.model.requested}"
 
 
-def _field_of(loc: tuple[int | str, ...]) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-
-
-def _message(error: Any) -> str:
-    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-        return "unknown field"
-    if error["type"] in ("missing", "missing_argument"):
-        return "missing"
-    return str(error["msg"])
-
-
 def _input_error(path: Path, line: int | None, exc: ValidationError) -> InputError:
     errors = exc.errors()
-    first = errors[0]
     if any(
         e["type"] in ("missing", "missing_argument") and tuple(e["loc"]) == ("schema_version",)
         for e in errors
     ):
         return InputError(str(path), line, None, _OLD_FORMAT)
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    field = _field_of(tuple(first["loc"])) or None
-    return InputError(str(path), line, field, _message(first) + more)
+    located = input_errors(exc, str(path), on_line(line, indexed), words=FIELD_WORDS)
+    return first_of(located)
 
 
 def _check_version(path: Path, line: int | None, version: int) -> None:

@@ -16,7 +16,14 @@ from pydantic import (
 
 from gradetrail_lib.config import Params, Strict
 from gradetrail_lib.datasets.ref import DatasetRef
-from gradetrail_lib.errors import InputError, InputErrors, UnknownModel
+from gradetrail_lib.errors import (
+    InputError,
+    Loc,
+    UnknownModel,
+    indexed,
+    input_errors,
+    one_or_all,
+)
 from gradetrail_lib.providers.config import ModelConfig, ProviderName, Watch
 from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
 from gradetrail_lib.scorers.registry import config_types
@@ -199,7 +206,7 @@ class LoadedSpec(BaseModel):
         return LoadedSpec(spec=spec, path=self.path)
 
 
-def _describe(doc: YamlDocument, loc: tuple[int | str, ...]) -> tuple[str, int | None]:
+def _describe(doc: YamlDocument, loc: Loc) -> tuple[str, int | None]:
     """The field path as the user wrote it and its line.
 
     pydantic puts a discriminated union's tag into `loc` (`scorer.regex.pattern`); a tag is
@@ -217,8 +224,7 @@ def _describe(doc: YamlDocument, loc: tuple[int | str, ...]) -> tuple[str, int |
         if isinstance(parent, dict) and parent.get("type") == part:
             continue
         named.append(part)
-    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in named).lstrip(".")
-    return field, doc.line_of(kept)
+    return indexed(tuple(named)), doc.line_of(kept)
 
 
 def load_spec(path: Path | str) -> LoadedSpec:
@@ -231,15 +237,9 @@ def load_spec(path: Path | str) -> LoadedSpec:
         # a judge's prompt) against the spec's folder, so a missing one is a load error.
         spec = Spec.model_validate(doc.data, context={"base_dir": path.parent})
     except ValidationError as exc:
-        errors = []
-        for err in exc.errors():
-            field, line = _describe(doc, tuple(err["loc"]))
-            message = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                message = "unknown key"
-            errors.append(InputError(str(path), line, field or None, message))
+        errors = input_errors(exc, str(path), lambda loc: _describe(doc, loc))
         errors.sort(key=lambda e: e.line or 0)
-        raise (errors[0] if len(errors) == 1 else InputErrors(errors)) from None
+        raise one_or_all(errors) from None
     _refuse_self_judging(spec, doc, path)
     return LoadedSpec(spec=spec, path=path)
 
@@ -269,7 +269,7 @@ def _refuse_self_judging(spec: Spec, doc: YamlDocument, path: Path) -> None:
                 )
             )
     if errors:
-        raise errors[0] if len(errors) == 1 else InputErrors(errors)
+        raise one_or_all(errors)
 
 
 def spec_document_fields(spec: Spec) -> dict[str, Any]:

@@ -1,0 +1,60 @@
+"""JSONL: a JSON object a line, streamed (a run never holds the file whole); blank lines
+are skipped and keep their numbers."""
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from gradetrail_lib.datasets.dataset import (
+    Dataset,
+    FileSource,
+    Row,
+    Sample,
+    cannot_read,
+    checked_samples,
+    file_hash,
+)
+from gradetrail_lib.errors import InputError
+
+
+def read(path: Path, where: str) -> Dataset:
+    # Hashed now, read (and checked) as it is iterated: a run streams the file.
+    digest = file_hash(where, path)
+    return Dataset(path, digest, lambda check: _samples(where, path, check))
+
+
+SOURCE = FileSource(format="jsonl", suffixes=(".jsonl",), read=read)
+
+
+def _samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
+    """A JSONL file's samples, line by line. Split on "\\n" only: str.splitlines() also
+    breaks on U+2028, \\x1c, \\x0c..., which JSON strings may hold raw, and would cut a
+    sample in two and shift every later line number."""
+    try:
+        data = open(path, "rb")  # noqa: SIM115 (closed below, also when abandoned)
+    except OSError as exc:
+        raise cannot_read(where, exc) from exc
+
+    def again() -> Iterator[Row]:
+        with open(path, "rb") as lines:
+            yield from _rows(where, lines)
+
+    with data:
+        yield from checked_samples(where, _rows(where, data), again, "line", check, tabular=False)
+
+
+def _rows(where: str, lines: Iterable[bytes]) -> Iterator[Row]:
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text_line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(where, number, None, "not valid UTF-8") from exc
+        if not text_line.strip():
+            continue
+        try:
+            obj = json.loads(text_line)
+        except json.JSONDecodeError as exc:
+            raise InputError(where, number, None, f"invalid JSON: {exc.msg}") from exc
+        if not isinstance(obj, dict):
+            raise InputError(where, number, None, "each line must be a JSON object")
+        yield number, obj
