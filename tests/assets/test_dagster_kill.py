@@ -14,9 +14,9 @@ import duckdb
 
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_lib.cache.responses import ResponseCache
+from tests.assets.test_dagster_scorers import settings
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, last_user_message
-from tests.test_dagster_scorers import settings
 
 MODEL = "fake-1"
 N, CONCURRENCY = 40, 4

@@ -1,5 +1,5 @@
 """The report of an agent run: a failed case's trajectory, step by step, each step its own
-<details> (no script), built from a real run of tests/test_agent.py's tool spec against the
+<details> (no script), built from a real run of tests/agents/test_agent.py's tool spec against the
 loopback fake; tool output, arguments and document ids holding markup shown as text."""
 
 import json
@@ -15,11 +15,11 @@ import pytest
 from gradetrail_lib import run_spec
 from gradetrail_lib.report.html import FAILURE_LABELS, write_report
 from gradetrail_lib.results.trace import TraceRecord
+from tests.agents.test_agent import agent, project
+from tests.report.test_report import CHROMIUM, ESCAPED_SCRIPT, chromium, needs_chromium, parse
 from tests.support.agent_scripts import conversation, tool_call
 from tests.support.eval_runs import MALICIOUS
 from tests.support.fake_llm_server import FakeLLMServer
-from tests.test_agent import agent, project
-from tests.test_report import CHROMIUM, ESCAPED_SCRIPT, chromium, needs_chromium, parse
 
 # Atlantis calls an unknown tool with markup in its arguments; Loop's result (shown
 # before it thrashes) and Budget's documents hold markup too.

@@ -23,9 +23,9 @@ from gradetrail_lib.engine.run import CompletedRun
 from gradetrail_lib.results.runs import RESULTS_FILE, Run, load_run
 from gradetrail_lib.results.totals import call_totals
 from gradetrail_lib.results.trace import TraceRecord, iter_records
+from tests.assets.test_dagster_scorers import N, materialize, settings, write_project
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
-from tests.test_dagster_scorers import N, materialize, settings, write_project
 
 MODEL = "fake-1"
 JUDGE_COLUMNS = (

@@ -416,8 +416,8 @@ def test_reproducibility_warnings_are_flagged(tmp_path: Path) -> None:
 def test_an_agents_sample_page_shows_its_trajectory_step_by_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from tests.agents.test_agent import agent, project
     from tests.support.fake_llm_server import FakeLLMServer
-    from tests.test_agent import agent, project
 
     monkeypatch.setenv("GT_KEY", "sk-fake-not-a-secret")
     with FakeLLMServer(responder=agent) as srv:

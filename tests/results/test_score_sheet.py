@@ -12,8 +12,8 @@ from gradetrail_lib.analysis.stats import compare
 from gradetrail_lib.report.html import write_report
 from gradetrail_lib.results.runs import Run
 from gradetrail_lib.results.sheet import ScoreSheet, sheets_of
+from tests.commands.test_compare_gate_cost_e2e import runs  # noqa: F401 (the fixture)
 from tests.support.traces import SCORER, record
-from tests.test_compare_gate_cost_e2e import runs  # noqa: F401 (the fixture)
 
 
 def test_a_sheet_holds_score_of_with_nan_where_a_sample_is_unscored() -> None:

@@ -1,4 +1,4 @@
-"""An agent in Dagster: tests/test_agent.py's tool spec is a partitioned graph like any
+"""An agent in Dagster: tests/agents/test_agent.py's tool spec is a partitioned graph like any
 other, against the loopback fake (real instance, real DuckDB). Its responses asset runs
 every case's steps; the metadata counts each failure mode; `agent_stop_rate` checks the
 thrash + budget_exhausted rate; editing only a scorer makes scores stale and responses
@@ -15,22 +15,22 @@ import pytest
 from gradetrail_assets.checks import CHECK_DESCRIPTIONS, check_specs
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
+from tests.agents.test_agent import CITIES, agent, project
 from tests.support.agent_scripts import conversation
 from tests.support.fake_llm_server import FakeLLMServer
 from tests.support.staleness import StaleStatus, resolver_for
-from tests.test_agent import CITIES, agent, project
 
 MODEL, STEADY = "agent-1", "agent-2"
 N = len(CITIES)
 STEPS = ("dataset", "responses", "scores", "stats", "report")
-# agent-1's trajectories (tests/test_agent.py): Paris 2 steps, Rome 2, Atlantis 2
+# agent-1's trajectories (tests/agents/test_agent.py): Paris 2 steps, Rome 2, Atlantis 2
 # (a tool error), Nowhere 2 (no scripted result), Loop 2 (thrash), Budget 3 (budget).
 AGENT_CALLS = 2 + 2 + 2 + 2 + 2 + 3
 ANSWER = '{name: answer, type: regex, pattern: "(?i)sunny"}'
 
 
 def responder(body: dict[str, Any]) -> Any:
-    """agent-1 plays tests/test_agent.py's agent; agent-2 answers Loop and Budget instead
+    """agent-1 plays tests/agents/test_agent.py's agent; agent-2 answers Loop and Budget instead
     of thrashing or running over the budget (the others as agent-1)."""
     city = conversation(body).messages[0]["content"].split(" in ")[1].rstrip("?")
     if body["model"] == STEADY and city in ("Loop", "Budget"):

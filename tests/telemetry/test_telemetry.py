@@ -33,7 +33,7 @@ from gradetrail_lib.results.trace import CallTotals, ModelCall, ScorerFigures  #
 from gradetrail_lib.telemetry import spans as telemetry  # noqa: E402
 from tests.support.traces import manifest, record  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-0123456789abcdef-secret"
 KEY_ENV = "GRADETRAIL_TEST_OTEL_KEY"
 MODEL = ModelConfig(provider="openai", name="gpt-4o-mini", api_key_env=KEY_ENV)

@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.fake_llm_server import FakeLLMServer, Fault, default_responder
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ exists here, and nothing points above the repository (`../shared/...`)."""
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("gradetrail_lib", "gradetrail_assets", "tests", "bench", "scripts")
 DOCUMENT = re.compile(r"(?<![\w.])((?:\.\./)*[\w/-]+\.md)\b")
 OUTSIDE = re.compile(r"\.\./(?:shared|notes)\b|\bFACTS\.md\b|\bDESIGN\.md\b")

@@ -16,6 +16,7 @@ from gradetrail_lib.analysis.cost import format_cost, reprice
 from gradetrail_lib.providers.pricing import Price, load_prices
 from gradetrail_lib.results.runs import load_run
 from gradetrail_lib.results.trace import ModelCall
+from tests.analysis.test_stats_paired import exact_mcnemar_by_hand
 from tests.conftest import run_cli
 from tests.support.eval_runs import (
     JUDGE_MODEL,
@@ -26,7 +27,6 @@ from tests.support.eval_runs import (
     write_spec,
 )
 from tests.support.traces import call, manifest, record
-from tests.test_stats_paired import exact_mcnemar_by_hand
 
 N = 40
 MODELS = ["fake-good", "fake-bad", "fake-close", "claude-haiku-4-5"]
