@@ -202,7 +202,8 @@ class TraceRecord:
 
 @cache
 def record_adapter() -> TypeAdapter[TraceRecord]:
-    """Built when first needed (~20 ms): a command that reads no record skips it."""
+    """Built when first needed (building it takes a noticeable part of a short command:
+    docs/performance.md), so a command that reads no record skips it."""
     return TypeAdapter(TraceRecord)
 
 
