@@ -8,7 +8,7 @@ or a spec in memory, so a Python file can be a code-first eval with its own scor
 
 from typing import TYPE_CHECKING, Any
 
-from gradetrail_lib._version import __version__
+from gradetrail_lib._version import __version__ as __version__  # re-exported
 
 __all__ = ["load_run", "run_spec"]
 

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
-from gradetrail_lib.config import ModelConfig  # noqa: E402
+from gradetrail_lib.providers.config import ModelConfig  # noqa: E402
 from gradetrail_lib.results.trace import CallTotals, ModelCall, ScorerFigures  # noqa: E402
 from gradetrail_lib.telemetry import spans as telemetry  # noqa: E402
 from tests.support.traces import manifest, record  # noqa: E402
