@@ -30,8 +30,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-import httpx
-
 __all__ = [
     "LLAMA_CMAKE_ARGS",
     "LOCAL_MODELS",
@@ -225,6 +223,8 @@ def _server_command(model_path: Path, name: str, port: int, n_threads: int) -> l
 def _wait_ready(
     proc: subprocess.Popen[bytes], base_url: str, log_path: Path, timeout_s: float
 ) -> None:
+    import httpx  # not at import: the provider (and a cached run) loads this module
+
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         while True:
