@@ -20,6 +20,8 @@ class ModelConfig(Strict):
     # Provider `scripted` only: the answer is this sample field, or this fixed text.
     answer_field: str | None = None
     text: str | None = None
+    # Provider `azure_openai` only: the API version (default: its current GA version).
+    api_version: str | None = None
 
     @field_validator("provider")
     @classmethod

@@ -38,6 +38,8 @@ PROVIDER_MODULES = (
     "openai_compatible",
     "local",
     "scripted",
+    "gemini",
+    "azure_openai",
 )
 
 
