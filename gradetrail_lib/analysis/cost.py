@@ -130,7 +130,7 @@ def reprice(
         found = by_model.get((provider, name, role))
         if found is None:
             found = by_model[(provider, name, role)] = ModelCost(provider, name, role)
-            found.priced = provider == "scripted" or prices.price(provider, name) is not None
+            found.priced = prices.priced(provider, name)
         return found
 
     for manifest, records in runs:

@@ -1,36 +1,54 @@
-"""Binding requests to endpoints that answer: a local model's server runs meanwhile.
+"""Binding requests to endpoints that answer: a server the provider starts (a local
+model's llama.cpp server, `Provider.serve`) runs meanwhile.
 
-Requests to a local model are planned against `local://` (its port is not known before
-its server starts); here they get the started server's URL. The server is shared in the
-process, so a target and a judge on the same local model use one.
+Requests to such a model are planned against its provider's `planned_base_url`
+(`local://`: the port is not known before the server starts); here they get the started
+server's URL. The server is shared in the process, so a target and a judge on the same
+local model use one.
 """
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 
+from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.request import ModelRequest
 
+Served = tuple[str, str]  # (provider, model)
 
-def local_models(requests: Sequence[ModelRequest]) -> list[str]:
-    return sorted({r.endpoint.model for r in requests if r.endpoint.provider == "local"})
+
+def _serves(provider: str) -> bool:
+    return registry.get(provider).serve is not None
+
+
+def served_models(requests: Sequence[ModelRequest]) -> list[Served]:
+    """The (provider, model) pairs of `requests` whose provider starts their server."""
+    return sorted(
+        {(r.endpoint.provider, r.endpoint.model) for r in requests if _serves(r.endpoint.provider)}
+    )
+
+
+def serve(provider: str, model: str) -> AbstractContextManager[str]:
+    """The provider's server of `model`, yielding its base URL."""
+    start = registry.get(provider).serve
+    assert start is not None, f"provider {provider} starts no server"
+    return start(model)
 
 
 @contextmanager
 def live_requests(requests: Sequence[ModelRequest]) -> Iterator[list[ModelRequest]]:
-    names = local_models(requests)
-    if not names:
+    served = served_models(requests)
+    if not served:
         yield list(requests)
         return
-    from gradetrail_lib.providers.local_server import shared_local_server
-
     with ExitStack() as stack:
-        urls = {name: stack.enter_context(shared_local_server(name)) for name in names}
+        urls = {pair: stack.enter_context(serve(*pair)) for pair in served}
         yield [bind(r, urls) for r in requests]
 
 
-def bind(request: ModelRequest, urls: dict[str, str]) -> ModelRequest:
-    if request.endpoint.provider != "local":
+def bind(request: ModelRequest, urls: dict[Served, str]) -> ModelRequest:
+    where = urls.get((request.endpoint.provider, request.endpoint.model))
+    if where is None:
         return request
-    endpoint = dataclasses.replace(request.endpoint, base_url=urls[request.endpoint.model])
+    endpoint = dataclasses.replace(request.endpoint, base_url=where)
     return dataclasses.replace(request, endpoint=endpoint)

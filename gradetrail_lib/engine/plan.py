@@ -25,6 +25,7 @@ from gradetrail_lib.datasets.dataset import Dataset, Sample
 from gradetrail_lib.datasets.registry import load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
+from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.request import ModelRequest, RequestBuilder
@@ -306,10 +307,9 @@ def fetch_responses(
     this step whether anything is to be sent); its time counts as this step's.
     `listener` sees each response as soon as it is known (to start judging it)."""
     started = time.perf_counter() - (looked_up.wall_s if looked_up else 0.0)
-    if plan.model.provider == "local":
-        # llama.cpp's server answers one request at a time; more would only queue there
-        # and make the measured latencies lie.
-        backend = backend.limited(1)
+    limit = providers.concurrency_limit(plan.model.provider)
+    if limit is not None:  # e.g. a local llama.cpp server, which answers one at a time
+        backend = backend.limited(limit)
     if plan.toolbox is not None:
         return _agent_responses(
             plan, cache, backend, started=started, read_cache=read_cache,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -33,8 +33,9 @@ from gradetrail_lib.engine.plan import plan as make_plan
 from gradetrail_lib.engine.records import Scoring
 from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import UsageError, input_errors, one_or_all
+from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.config import ModelConfig, ProviderName
+from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.pricing import PriceList, load_prices
 from gradetrail_lib.results.runs import RESULTS_FILE
 from gradetrail_lib.results.totals import RunTotals
@@ -280,7 +281,6 @@ def fetch_run(
 
 SpecSource = Path | str | Mapping[str, Any] | Spec | LoadedSpec
 IN_MEMORY = "<in-memory spec>"
-PROVIDERS: tuple[str, ...] = get_args(ProviderName)
 
 
 def spec_files(folder: Path) -> list[Path]:
@@ -332,22 +332,24 @@ def resolve_model(
         if not overridden and wanted in (listed.name, f"{listed.provider}/{listed.name}"):
             return listed
     provider, slash, _ = wanted.partition("/")
-    if not (slash and provider in PROVIDERS):
+    if not (slash and provider in providers.names()):
         if overridden:
             raise UsageError(f"model {wanted!r}: an endpoint is given for provider/name only")
         return spec.model_named(wanted)  # a name its `watch` matches, or UnknownModel
     model = parse_model(wanted, base_url=base_url, api_key_env=api_key_env)
-    if model.provider == "anthropic" and spec.params.seed is not None:
-        raise UsageError(f"model {wanted}: spec {spec.name!r} sets seed, which Anthropic lacks")
+    refused = providers.get(model.provider).refused(spec.params)
+    if refused is not None:
+        raise UsageError(refused.model_message(wanted, spec.name))
     return model
 
 
 def split_model(text: str) -> tuple[str, str]:
     """`provider/name` -> (provider, name), the provider checked."""
     provider, slash, name = text.partition("/")
-    if not slash or provider not in PROVIDERS or not name:
+    if not slash or provider not in providers.names() or not name:
         raise UsageError(
-            f"model {text!r}: expected provider/name, provider one of {', '.join(PROVIDERS)}"
+            f"model {text!r}: expected provider/name, "
+            f"provider one of {', '.join(providers.names())}"
         )
     return provider, name
 

@@ -19,10 +19,11 @@ from contextlib import ExitStack, nullcontext
 from typing import Any
 
 from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.backends.live_endpoints import bind, live_requests, local_models
+from gradetrail_lib.backends.live_endpoints import bind, live_requests, serve, served_models
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
 from gradetrail_lib.engine.plan import Responses
+from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.request import Endpoint, ModelRequest
 
@@ -177,7 +178,7 @@ class CallStage:
         assert isinstance(self._backend, LocalBackend)
         with ExitStack() as stack:
             writer = stack.enter_context(self._writer())
-            urls: dict[str, str] = {}
+            urls: dict[tuple[str, str], str] = {}
             try:
                 closing = False
                 while not closing:
@@ -187,16 +188,18 @@ class CallStage:
                     closing = any(item is _CLOSE for item in batch)
                     fresh = self._new([r for item in batch if item is not _CLOSE for r in item])
                     misses = await asyncio.to_thread(self._look_up, fresh) if fresh else []
-                    for name in local_models(misses):
-                        if name not in urls:
-                            urls[name] = await asyncio.to_thread(self._serve_local, stack, name)
+                    for served in served_models(misses):
+                        if served not in urls:
+                            start = self._start_server
+                            urls[served] = await asyncio.to_thread(start, stack, served)
                     for request in misses:
                         request = bind(request, urls)
                         where = _endpoint_id(request.endpoint)
                         if where not in queues:
                             backend = self._backend
-                            if request.endpoint.provider == "local":
-                                backend = backend.limited(1)  # llama.cpp answers one at a time
+                            limit = providers.concurrency_limit(request.endpoint.provider)
+                            if limit is not None:  # e.g. llama.cpp answers one at a time
+                                backend = backend.limited(limit)
                             queues[where], backends[where] = asyncio.Queue(), backend
                             tasks.append(
                                 asyncio.create_task(
@@ -219,7 +222,5 @@ class CallStage:
                         await asyncio.gather(*tasks)
 
     @staticmethod
-    def _serve_local(stack: ExitStack, name: str) -> str:
-        from gradetrail_lib.providers.local_server import shared_local_server
-
-        return stack.enter_context(shared_local_server(name))
+    def _start_server(stack: ExitStack, served: tuple[str, str]) -> str:
+        return stack.enter_context(serve(*served))

@@ -1,20 +1,30 @@
-"""The HTTP side of a provider: the adapter interface and the request builder they share."""
+"""The HTTP side of a provider: the adapter interface and the request builder they share.
+
+No httpx at import: provider modules (loaded with every spec) import their adapters, and
+a fully cached run must not pay for the HTTP stack. It is loaded by the first request.
+"""
+
+from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gradetrail_lib._version import __version__
-from gradetrail_lib.providers.base import ParsedBody
-from gradetrail_lib.providers.request import ModelRequest
+
+if TYPE_CHECKING:
+    import httpx
+
+    from gradetrail_lib.providers.base import ParsedBody
+    from gradetrail_lib.providers.request import ModelRequest
 
 USER_AGENT = f"gradetrail/{__version__}"
 
 
 @lru_cache(maxsize=256)
 def _parsed_url(url: str) -> httpx.URL:
+    import httpx
+
     return httpx.URL(url)
 
 
@@ -25,6 +35,10 @@ def json_post(url: str, headers: dict[str, str], body: dict[str, Any]) -> httpx.
     stream: httpx's own `content=` path (encoding, then preparing headers) was most of the
     cost of building a request (docs/performance.md). Like any streamed request, it is read
     (`aread`) to be sent."""
+    # Imported on the first request, not with the module: a run the cache answers whole
+    # never loads httpx (after the first request this is a dictionary lookup).
+    import httpx
+
     content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     data = content.encode("utf-8")
     parsed = _parsed_url(url)
@@ -43,7 +57,11 @@ def json_post(url: str, headers: dict[str, str], body: dict[str, Any]) -> httpx.
 
 
 class Adapter(Protocol):
-    """Translates between gradetrail requests and one provider's HTTP API."""
+    """Translates between gradetrail requests and one provider's HTTP API.
+
+    An adapter may also have `error_info(body) -> (message, retry_after_s)`, reading a
+    failed response's JSON body its provider's way (`caller` reads `error.message`, or
+    the body, otherwise)."""
 
     def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request: ...
 

@@ -7,15 +7,20 @@ of `tool_result` blocks. A request without tool use sends its other messages as 
 so its body is what it was before tools existed.
 """
 
+from __future__ import annotations
+
 import json
 from datetime import UTC, datetime
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.providers.request import Message, ModelRequest
+from gradetrail_lib.providers.registry import Listing
+
+if TYPE_CHECKING:
+    import httpx
+
+    from gradetrail_lib.providers.request import Message, ModelRequest
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -123,6 +128,28 @@ def seconds_until(timestamp: str, now: datetime | None = None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def listing_headers(api_key: str | None) -> dict[str, str]:
+    headers = {"anthropic-version": ANTHROPIC_VERSION}
+    if api_key:
+        headers["x-api-key"] = api_key
+    return headers
+
+
+def _next_page(body: Any) -> dict[str, str] | None:
+    if body.get("has_more") and body.get("last_id"):
+        return {"limit": "1000", "after_id": str(body["last_id"])}
+    return None
+
+
+# `GET /models`, a page at a time (has_more, last_id).
+LISTING = Listing(
+    headers=listing_headers,
+    ids=lambda body: [str(m["id"]) for m in body["data"]],
+    query={"limit": "1000"},
+    next_query=_next_page,
+)
 
 
 class AnthropicMessagesAdapter:

@@ -15,22 +15,11 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
+from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.adapter import Adapter
-from gradetrail_lib.providers.anthropic_messages import AnthropicMessagesAdapter
 from gradetrail_lib.providers.base import FATAL_STATUSES, ModelResponse, ProviderError
-from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
 from gradetrail_lib.providers.policy import AttemptGate, RetryPolicy, parse_retry_after
 from gradetrail_lib.providers.request import ModelRequest
-
-ADAPTERS: dict[str, Adapter] = {
-    "openai": OpenAIChatAdapter(),
-    "openai_compatible": OpenAIChatAdapter(),
-    "local": OpenAIChatAdapter(),
-    "anthropic": AnthropicMessagesAdapter(),
-}
-
-# Providers that cannot be called without a key.
-KEY_REQUIRED = frozenset({"openai", "anthropic"})
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -42,30 +31,45 @@ def redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]") if secret else text
 
 
+def adapter_for(provider: str) -> Adapter:
+    adapter = registry.get(provider).adapter
+    if adapter is None:
+        raise ValueError(f"provider {provider} answers in-process; it has no adapter")
+    return adapter
+
+
 def api_key_for(request: ModelRequest) -> str | None:
     env = request.endpoint.api_key_env
     key = os.environ.get(env) if env else None
-    if not key and request.endpoint.provider in KEY_REQUIRED:
+    if not key and registry.get(request.endpoint.provider).key_required:
         raise ProviderError("fatal", f"environment variable {env} is not set (it holds the key)")
     return key or None
 
 
-def _error_detail(response: httpx.Response, api_key: str | None) -> str:
+def _error_detail(
+    response: httpx.Response, adapter: Adapter, api_key: str | None
+) -> tuple[str, float | None]:
+    """The error's text (redacted, cut) and the wait its body asks for, if any."""
+    wait = None
     try:
         body = response.json()
-        detail = body.get("error", body) if isinstance(body, dict) else body
-        if isinstance(detail, dict):
-            detail = detail.get("message", detail)
-        text = str(detail)
+        error_info = getattr(adapter, "error_info", None)
+        if error_info is not None:
+            text, wait = error_info(body)
+        else:
+            detail = body.get("error", body) if isinstance(body, dict) else body
+            if isinstance(detail, dict):
+                detail = detail.get("message", detail)
+            text = str(detail)
     except (json.JSONDecodeError, UnicodeDecodeError):
         text = response.text
     # Redact before cutting: a cut through an echoed key would leave part of it unredacted.
-    return " ".join(redact(text, api_key).split())[:300]
+    return " ".join(redact(text, api_key).split())[:300], wait
 
 
 def classify(response: httpx.Response, adapter: Adapter, api_key: str | None) -> ProviderError:
     status = response.status_code
-    detail = _error_detail(response, api_key)
+    detail, body_wait = _error_detail(response, adapter, api_key)
     message = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
     # Only the statuses listed in the module docstring are worth a retry; anything else
     # (other 4xx, and 3xx, which httpx does not follow here) would fail the same way again.
@@ -76,6 +80,8 @@ def classify(response: httpx.Response, adapter: Adapter, api_key: str | None) ->
         wait = parse_retry_after(response.headers["retry-after"])
     if wait is None and status == 429:
         wait = adapter.reset_after_s(response.headers)
+    if wait is None:
+        wait = body_wait
     return ProviderError("transient", message, status, retry_after_s=wait)
 
 
@@ -93,12 +99,11 @@ async def call_model(
     Straight to the transport, not through an httpx client: a client adds nothing these
     requests use (cookies, auth flows, redirects, hooks) and CPU on every request.
     `gate` (the adaptive limiter) admits each attempt and sees how it ended."""
-    if request.endpoint.provider == "scripted":
-        from gradetrail_lib.providers.scripted import answer
-
-        return answer(request)
+    provider = registry.get(request.endpoint.provider)
+    if provider.respond is not None:
+        return provider.respond(request)
     rng = rng or _JITTER
-    adapter = ADAPTERS[request.endpoint.provider]
+    adapter = adapter_for(provider.name)
     api_key = api_key_for(request)
     for attempt in range(1, policy.max_attempts + 1):
         if gate is None:

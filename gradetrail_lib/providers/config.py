@@ -1,14 +1,13 @@
 """A model to call: its provider and name, where it is served, and a provider listing to
-watch for new releases."""
+watch for new releases. What each provider takes is its own (see `registry`)."""
 
-from typing import Literal
-
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gradetrail_lib.config import Strict
-from gradetrail_lib.providers.local_server import LOCAL_MODELS
+from gradetrail_lib.providers import registry
 
-ProviderName = Literal["anthropic", "openai", "openai_compatible", "local", "scripted"]
+# A provider's name: one of `registry.names()`, checked when a model is loaded.
+ProviderName = str
 
 
 class ModelConfig(Strict):
@@ -21,30 +20,30 @@ class ModelConfig(Strict):
     # Provider `scripted` only: the answer is this sample field, or this fixed text.
     answer_field: str | None = None
     text: str | None = None
+    # Provider `azure_openai` only: the API version (default: its current GA version).
+    api_version: str | None = None
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, provider: str) -> str:
+        return registry.checked_name(provider)
 
     @model_validator(mode="after")
     def _check_endpoint(self) -> "ModelConfig":
-        scripted = (self.answer_field, self.text)
-        if self.provider == "scripted":
-            if self.base_url is not None:
-                raise ValueError("scripted models answer in-process; remove base_url")
-            if sum(x is not None for x in scripted) != 1:
-                raise ValueError("scripted needs exactly one of answer_field, text")
-        elif any(x is not None for x in scripted):
-            raise ValueError("answer_field and text are settings of provider scripted only")
-        if self.provider == "openai_compatible" and not self.base_url:
-            raise ValueError("openai_compatible needs base_url")
-        if self.provider == "local":
-            if self.base_url is not None:
-                raise ValueError("local models start their own server; remove base_url")
-            if self.name not in LOCAL_MODELS:
-                known = ", ".join(sorted(LOCAL_MODELS))
-                raise ValueError(f"unknown local model {self.name!r} (known: {known})")
+        registry.get(self.provider).validate(self)
         return self
 
 
 class Watch(Strict):
-    provider: Literal["anthropic", "openai", "openai_compatible"]
+    provider: ProviderName
     match: str = Field(min_length=1, description="fnmatch pattern over model ids")
     base_url: str | None = None
     api_key_env: str | None = None
+
+    @field_validator("provider")
+    @classmethod
+    def _listed_provider(cls, provider: str) -> str:
+        choices = registry.listing_names()
+        if provider not in choices:
+            raise registry.choice_error(choices)
+        return provider

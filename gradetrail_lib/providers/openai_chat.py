@@ -7,15 +7,20 @@ becomes `{"role": "tool", "tool_call_id", "content"}`. A request without tool us
 messages as they are, so its body is what it was before tools existed.
 """
 
+from __future__ import annotations
+
 import json
 import re
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.providers.request import Message, ModelRequest
+from gradetrail_lib.providers.registry import Listing
+
+if TYPE_CHECKING:
+    import httpx
+
+    from gradetrail_lib.providers.request import Endpoint, Message, ModelRequest
 
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "stop",
@@ -119,11 +124,23 @@ def parse_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def bearer(api_key: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+# `GET /models`: every model at once, `{"data": [{"id": ...}, ...]}`.
+LISTING = Listing(headers=bearer, ids=lambda body: [str(m["id"]) for m in body["data"]])
+
+
 class OpenAIChatAdapter:
+    def url(self, endpoint: Endpoint) -> str:
+        return f"{endpoint.base_url}/chat/completions"
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        return bearer(api_key)
+
     def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request:
-        headers: dict[str, str] = {}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
+        headers = self.headers(api_key)
         body: dict[str, Any] = {
             "model": request.endpoint.model,
             "messages": chat_messages(request.messages),
@@ -134,7 +151,7 @@ class OpenAIChatAdapter:
             body["tools"] = chat_tools(request.tools)
             if request.tool_choice is not None:
                 body["tool_choice"] = request.tool_choice
-        return json_post(f"{request.endpoint.base_url}/chat/completions", headers, body)
+        return json_post(self.url(request.endpoint), headers, body)
 
     def parse(self, body: Any) -> ParsedBody:
         choice = body["choices"][0]

@@ -6,6 +6,7 @@ from functools import cache
 from importlib import resources
 
 from gradetrail_lib.errors import GradetrailError
+from gradetrail_lib.providers import registry
 
 DEFAULT_VERSION = "v1"
 
@@ -25,11 +26,16 @@ class PriceList:
     def price(self, provider: str, model: str) -> Price | None:
         return self.prices.get(f"{provider}/{model}")
 
+    def priced(self, provider: str, model: str) -> bool:
+        """Whether the cost of the model's calls is known: it has a price, or answers
+        in-process (free)."""
+        return registry.answers_in_process(provider) or self.price(provider, model) is not None
+
     def cost(
         self, provider: str, model: str, input_tokens: int | None, output_tokens: int | None
     ) -> float | None:
         """Dollars for one call, or None when the price or the token counts are unknown."""
-        if provider == "scripted":  # answered in-process: nothing to pay
+        if registry.answers_in_process(provider):  # no call: nothing to pay
             return 0.0
         price = self.price(provider, model)
         if price is None or input_tokens is None or output_tokens is None:

@@ -3,23 +3,27 @@
 The request key is the sha256 (hex) of the canonical JSON (see `hashing`) of::
 
     {"v": 1,
-     "provider": "<anthropic|openai|openai_compatible|local>",
+     "provider": "<a provider's name (see `registry`)>",
      "model": "<model name as requested>",
      "base_url": "<base URL without trailing slash>" | null,
      "messages": [{"role": "system|user|assistant", "content": "<rendered text>"}, ...],
      "params": {"max_tokens": 64, "temperature": 0.0, ...}}
 
 `params` holds only the sampling parameters that are set (None left out) with the
-provider-specific `extra` fields merged in. For provider `local` the base URL would be a
-random loopback port, so `base_url` is replaced by the identity of the weights (package
-version and file name). For provider `scripted` (answers in-process, from a sample field
-or a fixed text) the answer enters `params` as `scripted_answer`, since it is what the
-"model" says. The scorer is never part of the key: re-scoring is free. A judge's
-requests are keyed the same way, with the judge's model and rendered prompt.
+provider-specific `extra` fields merged in. `base_url` is the model's, or its provider's
+default, unless the provider says otherwise (`Provider.key_base_url`): for provider
+`local` the base URL would be a random loopback port, so it is replaced by the identity
+of the weights (package version and file name). For an in-process provider (`scripted`,
+answering from a sample field or a fixed text) `base_url` is null and the answer enters
+`params` as `scripted_answer`, since it is what the "model" says. The scorer is never
+part of the key: re-scoring is free. A judge's requests are keyed the same way, with the
+judge's model and rendered prompt.
 
-Two fields join the key only when they are set, so that every other key stays as it was:
-`"tools"` (the tool definitions, with `"tool_choice"`) for a tool-using request, and
-`"repeat"` (its index) for repeats 1..N-1 of a sample (repeat 0 has none).
+Three fields join the key only when they are set, so that every other key stays as it
+was: `"tools"` (the tool definitions, with `"tool_choice"`) for a tool-using request,
+`"repeat"` (its index) for repeats 1..N-1 of a sample (repeat 0 has none), and
+`"settings"` (`{"api_version": "2024-10-21"}`) for a provider whose requests depend on
+settings beyond the base URL (`Provider.endpoint_settings`: `azure_openai`'s API version).
 
 Messages are provider-neutral: `{"role": "system"|"user", "content": text}`,
 `{"role": "assistant", "content": text, "tool_calls": [{"id", "name", "arguments"}]}` (the
@@ -34,19 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.config import Params
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
+from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.config import ModelConfig
 
 if TYPE_CHECKING:
     from gradetrail_lib.datasets.dataset import Sample
 
 KEY_VERSION = 1
-
-DEFAULT_BASE_URLS = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com/v1",
-}
-
-DEFAULT_KEY_ENVS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 Message = dict[str, Any]
 
@@ -59,9 +57,11 @@ class Endpoint:
     model: str
     base_url: str
     api_key_env: str | None
+    # The provider's settings beyond the base URL (`Provider.endpoint_settings`), sorted.
+    settings: tuple[tuple[str, str], ...] = ()
 
-
-SCRIPTED_BASE_URL = "scripted://in-process"
+    def setting(self, name: str) -> str:
+        return dict(self.settings)[name]
 
 
 # Not frozen, for speed: one per sample, and a frozen dataclass's __init__ costs more.
@@ -84,14 +84,18 @@ def request_params(params: Params) -> dict[str, Any]:
 
 
 def key_base_url(model: ModelConfig) -> str | None:
-    if model.provider == "scripted":
-        return None
-    if model.provider == "local":
-        from gradetrail_lib.providers.local_server import model_identity
-
-        return model_identity(model.name)
-    url = model.base_url or DEFAULT_BASE_URLS.get(model.provider)
+    provider = registry.get(model.provider)
+    if provider.key_base_url is not None:
+        return provider.key_base_url(model)
+    url = model.base_url or provider.base_url
     return str(url).rstrip("/") if url else None
+
+
+def endpoint_settings(model: ModelConfig) -> dict[str, str]:
+    provider = registry.get(model.provider)
+    if provider.endpoint_settings is None:
+        return {}
+    return provider.endpoint_settings(model)
 
 
 def request_key(
@@ -104,10 +108,12 @@ def request_key(
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     repeat: int = 0,
+    settings: dict[str, str] | None = None,
 ) -> str:
     return request_keyer(
-        provider, model, base_url, params, tools=tools, tool_choice=tool_choice, repeat=repeat
-    )(messages)
+        provider, model, base_url, params,
+        tools=tools, tool_choice=tool_choice, repeat=repeat, settings=settings,
+    )(messages)  # fmt: skip
 
 
 # Stands for the messages while the rest of the key is encoded; a string JSON escapes
@@ -124,6 +130,7 @@ def request_keyer(
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     repeat: int = 0,
+    settings: dict[str, str] | None = None,
 ) -> Callable[[list[Message]], str]:
     """`request_key` for one model and params: the part of the canonical JSON that does not
     change between samples is encoded once, so each sample encodes only its messages."""
@@ -139,6 +146,8 @@ def request_keyer(
         fixed["tool_choice"] = tool_choice
     if repeat:
         fixed["repeat"] = repeat
+    if settings:
+        fixed["settings"] = settings
     encoded_slot = canonical_json(_SLOT)
     pieces = canonical_json({**fixed, "messages": _SLOT}).split(encoded_slot)
     if len(pieces) != 2:  # the slot's text is in a param too: encode it all each time
@@ -147,15 +156,16 @@ def request_keyer(
     return lambda messages: sha256_hex(head + canonical_json(messages) + tail)
 
 
-def endpoint_for(model: ModelConfig, live_base_url: str | None = None) -> Endpoint:
-    """The endpoint to send to; `live_base_url` is the started server of a local model."""
-    url = live_base_url or model.base_url or DEFAULT_BASE_URLS.get(model.provider)
-    if model.provider == "scripted":
-        url = SCRIPTED_BASE_URL
+def endpoint_for(model: ModelConfig) -> Endpoint:
+    """The endpoint to send to (a provider that starts a server has its URL bound when the
+    server runs: see `backends.live_endpoints`)."""
+    provider = registry.get(model.provider)
+    url = provider.planned_base_url or model.base_url or provider.base_url
     if url is None:
         raise ValueError(f"model {model.name!r} has no base_url")
-    key_env = model.api_key_env or DEFAULT_KEY_ENVS.get(model.provider)
-    return Endpoint(model.provider, model.name, url.rstrip("/"), key_env)
+    key_env = model.api_key_env or provider.key_env
+    settings = tuple(sorted(endpoint_settings(model).items()))
+    return Endpoint(model.provider, model.name, url.rstrip("/"), key_env, settings)
 
 
 class RequestBuilder:
@@ -171,12 +181,12 @@ class RequestBuilder:
         tool_choice: str | None = None,
     ) -> None:
         self.model = model
+        self.provider = registry.get(model.provider)
         self.params = request_params(params)
         self.tools = tools
         self.tool_choice = tool_choice if tools is not None else None
-        self.endpoint = endpoint_for(
-            model, live_base_url="local://" if model.provider == "local" else None
-        )
+        self.endpoint = endpoint_for(model)
+        self.settings = endpoint_settings(model) or None
         self._keyers: dict[int, Callable[[list[Message]], str]] = {}
 
     def _key_of(self, repeat: int) -> Callable[[list[Message]], str]:
@@ -186,43 +196,37 @@ class RequestBuilder:
             keyer = self._keyers[repeat] = request_keyer(
                 model.provider, model.name, key_base_url(model), self.params,
                 tools=self.tools, tool_choice=self.tool_choice, repeat=repeat,
+                settings=self.settings,
             )  # fmt: skip
         return keyer
+
+    @property
+    def answers_from_samples(self) -> bool:
+        """Whether the answer comes from the sample (an in-process provider's)."""
+        return self.provider.sample_answer is not None
 
     def check(self, sample: "Sample", dataset_path: str) -> None:
         """Raises the InputError `build` would for this sample (a scripted model's
         answer_field missing from it)."""
-        field = self.model.answer_field
-        if self.model.provider == "scripted" and field is not None and field not in sample.fields:
-            from gradetrail_lib.errors import InputError
-
-            raise InputError(
-                dataset_path,
-                sample.line,
-                field,
-                f"sample {sample.id!r} has no field {field!r} "
-                f"(the answer_field of scripted model {self.model.name!r})",
-            )
+        if self.provider.sample_answer is not None:
+            self.provider.sample_answer(self.model, sample, dataset_path)
 
     def build(
         self, messages: list[Message], sample: "Sample", dataset_path: str, repeat: int = 0
     ) -> ModelRequest:
         model = self.model
-        if model.provider != "scripted":
+        sample_answer = self.provider.sample_answer
+        if sample_answer is None:
             return ModelRequest(
                 self._key_of(repeat)(messages), self.endpoint, messages, self.params,
                 tools=self.tools, tool_choice=self.tool_choice,
             )  # fmt: skip
-        self.check(sample, dataset_path)
-        if model.text is not None:
-            answer = model.text
-        else:
-            assert model.answer_field is not None
-            answer = str(sample.fields[model.answer_field])
+        answer = sample_answer(model, sample, dataset_path)
         params = {**self.params, "scripted_answer": answer}
         key = request_key(
-            model.provider, model.name, None, messages, params,
+            model.provider, model.name, key_base_url(model), messages, params,
             tools=self.tools, tool_choice=self.tool_choice, repeat=repeat,
+            settings=self.settings,
         )  # fmt: skip
         return ModelRequest(
             key, self.endpoint, messages, self.params, answer, self.tools, self.tool_choice

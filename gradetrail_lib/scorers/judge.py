@@ -161,7 +161,7 @@ class JudgeScorer(BaseScorer):
         # A field the prompt names and the sample lacks is an input error before any
         # call, not a judge error after.
         self._template.check(sample, dataset_path, {"response": "", "messages": messages})
-        if self.config.model.provider == "scripted":  # its answer_field must be there too
+        if self._builder.answers_from_samples:  # a scripted judge's answer_field too
             self._request(sample, "", messages, dataset_path)
 
     def requests(self, item: ScoreInput) -> list[ModelRequest]:

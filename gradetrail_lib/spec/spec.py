@@ -24,6 +24,7 @@ from gradetrail_lib.errors import (
     input_errors,
     one_or_all,
 )
+from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.config import ModelConfig, ProviderName, Watch
 from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
 from gradetrail_lib.scorers.registry import config_types
@@ -158,9 +159,10 @@ class Spec(Strict):
     @classmethod
     def _params_fit_providers(cls, params: Params, info: ValidationInfo) -> Params:
         # A parameter a provider does not take would be rejected on every request.
-        providers = {m.provider for m in info.data.get("models", [])}
-        if params.seed is not None and "anthropic" in providers:
-            raise ValueError("seed is not a parameter of the Anthropic Messages API")
+        for name in dict.fromkeys(m.provider for m in info.data.get("models", [])):
+            refused = providers.get(name).refused(params)
+            if refused is not None:
+                raise ValueError(refused.spec_message())
         return params
 
     def model_named(self, name: str) -> ModelConfig:

@@ -15,7 +15,7 @@ import pytest
 from gradetrail_lib.backends.transport import StreamTransport
 from gradetrail_lib.providers.anthropic_messages import AnthropicMessagesAdapter
 from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.providers.caller import ADAPTERS, call_model
+from gradetrail_lib.providers.caller import adapter_for, call_model
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter, chat_messages
 from gradetrail_lib.providers.policy import RetryPolicy
 from gradetrail_lib.providers.request import Endpoint, Message, ModelRequest
@@ -91,7 +91,7 @@ def make_request(
 
 
 def built_body(request: ModelRequest) -> Any:
-    return json.loads(ADAPTERS[request.endpoint.provider].build(request, "key").read())
+    return json.loads(adapter_for(request.endpoint.provider).build(request, "key").read())
 
 
 # ------------------------------------------------------------------------- build
@@ -303,7 +303,7 @@ def test_plain_request_body_is_byte_for_byte_as_before(
     )
     legacy = (_legacy_anthropic_body if provider == "anthropic" else _legacy_openai_body)(request)
     url = f"{BASE_URL}/{'messages' if provider == 'anthropic' else 'chat/completions'}"
-    ours = ADAPTERS[provider].build(request, "key").read()
+    ours = adapter_for(provider).build(request, "key").read()
     assert ours == httpx.Request("POST", url, json=legacy).content
 
 

@@ -1,10 +1,11 @@
-"""Scripting tool-using trajectories against the fake server, in either request format.
+"""Scripting tool-using trajectories against the fake server, in any request format.
 
 A responder of :class:`tests.support.fake_llm_server.FakeLLMServer` receives the request
-body in the shape of the endpoint hit: OpenAI Chat Completions or Anthropic Messages.
-:func:`conversation` reads either back as one provider-neutral :class:`Conversation`
-(the messages as `gradetrail_lib.providers.request` documents them, the tools offered, the last
-tool results), so that one responder scripts the same trajectory for both formats::
+body in the shape of the endpoint hit: OpenAI Chat Completions (Azure's too), Anthropic
+Messages or Gemini generateContent. :func:`conversation` reads any of them back as one
+provider-neutral :class:`Conversation` (the messages as `gradetrail_lib.providers.request`
+documents them, the tools offered, the last tool results), so that one responder scripts
+the same trajectory for every format::
 
     responder = script(
         tool_call("add", a=2, b=3),
@@ -132,8 +133,61 @@ def _assistant(message: Message) -> Message:
     return out
 
 
+_GEMINI_MODES = {"AUTO": "auto", "ANY": "required", "NONE": "none"}
+
+
+def _gemini_conversation(body: dict[str, Any]) -> Conversation:
+    """A generateContent body: function calls get ids ``call_<i>`` by their place in their
+    turn, and a function response the id of the latest call of its name."""
+    instruction = body.get("systemInstruction") or {}
+    system = "".join(p.get("text", "") for p in instruction.get("parts") or [])
+    messages: list[Message] = []
+    ids: dict[str, str] = {}  # tool name -> id of its latest call
+    for content in body.get("contents") or []:
+        parts = content.get("parts") or []
+        text = "".join(p.get("text", "") for p in parts if "text" in p)
+        if content.get("role") == "model":
+            calls = [
+                {
+                    "id": f"call_{i}",
+                    "name": call["name"],
+                    "arguments": _arguments(call.get("args")),
+                }
+                for i, call in enumerate(p["functionCall"] for p in parts if "functionCall" in p)
+            ]
+            ids.update((c["name"], c["id"]) for c in calls)
+            message: Message = {"role": "assistant", "content": text}
+            if calls:
+                message["tool_calls"] = calls
+            messages.append(message)
+            continue
+        for part in parts:
+            if "functionResponse" in part:
+                result = part["functionResponse"]
+                response = result.get("response") or {}
+                value = response.get("output", response.get("error", response))
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": ids.get(result.get("name", ""), ""),
+                        "name": result.get("name", ""),
+                        "content": value if isinstance(value, str) else json.dumps(value),
+                    }
+                )
+        if text or not parts or not all("functionResponse" in p for p in parts):
+            messages.append({"role": "user", "content": text})
+    tools = [
+        str(d["name"]) for t in body.get("tools") or [] for d in t.get("functionDeclarations", [])
+    ]
+    mode = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode")
+    return Conversation(system, messages, tools, _GEMINI_MODES.get(mode, mode))
+
+
 def conversation(body: dict[str, Any]) -> Conversation:
-    """The body of a Chat Completions or Messages request, read provider-neutrally."""
+    """The body of a Chat Completions, Messages or generateContent request, read
+    provider-neutrally."""
+    if "contents" in body:
+        return _gemini_conversation(body)
     system: list[str] = []
     if body.get("system"):
         system.append(_text(body["system"]))

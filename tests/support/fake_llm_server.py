@@ -1,19 +1,27 @@
 """A fake LLM provider API server for end-to-end tests and benchmarks.
 
-It speaks real HTTP/1.1 on 127.0.0.1 and imitates three provider endpoints:
+It speaks real HTTP/1.1 on 127.0.0.1 and imitates these provider endpoints:
 
 * ``POST /v1/chat/completions`` -- OpenAI Chat Completions shape,
 * ``POST /v1/messages``         -- Anthropic Messages shape,
+* ``POST /v1beta/models/{model}:generateContent`` -- Gemini shape (``contents`` in,
+  ``candidates`` out, errors as ``{"error": {"code", "message", "status"}}``),
+* ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` -- Azure
+  OpenAI: the Chat Completions shape; without ``api-version`` a 404, as Azure answers,
 * ``GET  /v1/models``           -- OpenAI list shape, or the Anthropic one when the
-  request carries an ``anthropic-version`` header.
+  request carries an ``anthropic-version`` header,
+* ``GET  /v1beta/models``       -- Gemini list shape.
 
 A completion's answer comes from the ``responder``: a function of the request body that
 returns a text, or ``{"text": str, "tool_calls": [{"name": str, "arguments": dict}]}`` to
 call tools. Tool calls are rendered in the shape of the endpoint hit (OpenAI
 ``message.tool_calls`` with ids ``call_<n>`` and finish reason ``tool_calls``; Anthropic
-``tool_use`` blocks with ids ``toolu_<n>`` and stop reason ``tool_use``), ``n`` counting up
-over the server's life so every id is unique. ``tests.support.agent_scripts`` reads the
-conversation of either format back, to script tool-using trajectories with one responder.
+``tool_use`` blocks with ids ``toolu_<n>`` and stop reason ``tool_use``; Gemini
+``functionCall`` parts without ids, finish reason ``STOP`` as the API does), ``n`` counting
+up over the server's life so every id is unique. The responder gets the request body as
+sent (a Gemini body has ``contents``, not ``messages``). ``tests.support.agent_scripts``
+reads the conversation of any format back, to script tool-using trajectories with one
+responder.
 
 Control endpoints (mainly for when the server runs in another process):
 
@@ -35,9 +43,9 @@ From another process::
 
     python -m tests.support.fake_llm_server --port 0 --latency 0.2 --port-file /tmp/port
 
-Credentials: the ``authorization`` / ``x-api-key`` (and similar) header values are never
-printed or stored; :attr:`FakeLLMServer.requests` entries record their presence and a
-SHA-256 fingerprint only (see :meth:`FakeLLMServer.key_was_sent`).
+Credentials: the ``authorization`` / ``x-api-key`` / ``api-key`` / ``x-goog-api-key`` header
+values are never printed or stored; :attr:`FakeLLMServer.requests` entries record their
+presence and a SHA-256 fingerprint only (see :meth:`FakeLLMServer.key_was_sent`).
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ import struct
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
@@ -64,10 +73,12 @@ from typing import Any
 
 __all__ = [
     "ANTHROPIC_MESSAGES_PATH",
+    "AZURE_CHAT_PATH",
     "COMPLETION_PATHS",
     "DEFAULT_MODELS",
     "Fault",
     "FakeLLMServer",
+    "GEMINI_GENERATE_PATH",
     "OPENAI_CHAT_PATH",
     "Responder",
     "ResponderReply",
@@ -81,7 +92,13 @@ log = logging.getLogger(__name__)
 OPENAI_CHAT_PATH = "/v1/chat/completions"
 ANTHROPIC_MESSAGES_PATH = "/v1/messages"
 MODELS_PATH = "/v1/models"
+GEMINI_MODELS_PATH = "/v1beta/models"
+#: Path templates (format with ``model=`` / ``deployment=``).
+GEMINI_GENERATE_PATH = "/v1beta/models/{model}:generateContent"
+AZURE_CHAT_PATH = "/openai/deployments/{deployment}/chat/completions"
 COMPLETION_PATHS = frozenset({OPENAI_CHAT_PATH, ANTHROPIC_MESSAGES_PATH})
+_GEMINI_PATH_RE = re.compile(r"^/v1beta/models/([^/:]+):generateContent$")
+_AZURE_PATH_RE = re.compile(r"^/openai/deployments/([^/]+)/chat/completions$")
 DEFAULT_MODELS: tuple[str, ...] = ("fake-model",)
 
 #: A text, or ``{"text": str, "tool_calls": [{"name": str, "arguments": dict}]}``.
@@ -90,7 +107,7 @@ Responder = Callable[[dict[str, Any]], ResponderReply]
 
 #: Header values that are credentials: recorded as present/absent, never stored.
 _SECRET_HEADERS = frozenset(
-    {"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie"}
+    {"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization", "cookie"}
 )
 _REDACTED = "<redacted>"
 _MAX_BODY = 64 * 1024 * 1024
@@ -112,6 +129,19 @@ _ERROR_TYPES: dict[int, tuple[str, str]] = {
     502: ("server_error", "api_error"),
     503: ("server_error", "overloaded_error"),
     529: ("server_error", "overloaded_error"),
+}
+# Gemini's error `status` (the gRPC code's name) per HTTP status.
+_GEMINI_STATUSES: dict[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
 }
 _DEFAULT_MESSAGES: dict[int, str] = {
     400: "Invalid request.",
@@ -191,10 +221,38 @@ def _is_tool_results(content: Any) -> bool:
     )
 
 
+def _is_function_responses(parts: Any) -> bool:
+    """A Gemini user content that only carries function responses (OpenAI's ``role: tool``)."""
+    return (
+        isinstance(parts, list)
+        and bool(parts)
+        and all(isinstance(p, dict) and "functionResponse" in p for p in parts)
+    )
+
+
+def _function_response_text(part: dict[str, Any]) -> str:
+    response = part["functionResponse"].get("response")
+    if isinstance(response, dict):
+        for key in ("output", "error"):
+            if key in response:
+                value = response[key]
+                return value if isinstance(value, str) else json.dumps(value)
+    return json.dumps(response)
+
+
 def last_user_message(body: dict[str, Any]) -> str:
     """Text of the last ``role == "user"`` message of a chat/messages request ("" if none).
     An Anthropic user message of tool results only is not one (in OpenAI's shape those are
-    ``role: tool`` messages), so both formats give the same text."""
+    ``role: tool`` messages), nor is a Gemini content of function responses only, so every
+    format gives the same text."""
+    contents = body.get("contents")
+    if isinstance(contents, list):  # Gemini
+        for content in reversed(contents):
+            if not isinstance(content, dict) or content.get("role", "user") != "user":
+                continue
+            if not _is_function_responses(content.get("parts")):
+                return _text_of(content.get("parts"))
+        return ""
     messages = body.get("messages")
     if isinstance(messages, list):
         for msg in reversed(messages):
@@ -220,6 +278,17 @@ def default_responder(body: dict[str, Any]) -> str:
 
 def _prompt_words(body: dict[str, Any]) -> int:
     n = len(_text_of(body.get("system")).split())
+    instruction = body.get("systemInstruction")
+    if isinstance(instruction, dict):  # Gemini
+        n += len(_text_of(instruction.get("parts")).split())
+    contents = body.get("contents")
+    if isinstance(contents, list):
+        for content in contents:
+            parts = content.get("parts") if isinstance(content, dict) else None
+            n += len(_text_of(parts).split())
+            for part in parts if isinstance(parts, list) else []:
+                if isinstance(part, dict) and "functionResponse" in part:
+                    n += len(_function_response_text(part).split())
     messages = body.get("messages")
     if isinstance(messages, list):
         for msg in messages:
@@ -245,8 +314,9 @@ def _reply_parts(reply: ResponderReply) -> tuple[str, list[tuple[str, dict[str, 
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
-    for key in ("max_tokens", "max_completion_tokens"):
-        value = body.get(key)
+    config = body.get("generationConfig")
+    gemini = config.get("maxOutputTokens") if isinstance(config, dict) else None
+    for value in (gemini, body.get("max_tokens"), body.get("max_completion_tokens")):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
@@ -275,11 +345,27 @@ def _json_reply(status: int, payload: Any, headers: dict[str, str] | None = None
     return _Reply(status, json.dumps(payload).encode(), "application/json", headers)
 
 
+def _api_of(path: str) -> str | None:
+    """Which API a completion path speaks: openai, anthropic, gemini or azure."""
+    if path == OPENAI_CHAT_PATH:
+        return "openai"
+    if path == ANTHROPIC_MESSAGES_PATH:
+        return "anthropic"
+    if _GEMINI_PATH_RE.match(path):
+        return "gemini"
+    if _AZURE_PATH_RE.match(path):
+        return "azure"
+    return None
+
+
 def _error_payload(path: str, status: int, message: str | None) -> dict[str, Any]:
     oa_type, an_type = _ERROR_TYPES.get(
         status, ("server_error", "api_error") if status >= 500 else ("invalid_request_error",) * 2
     )
     msg = message or _DEFAULT_MESSAGES.get(status) or _REASONS.get(status, "Error")
+    if _api_of(path) == "gemini" or path == GEMINI_MODELS_PATH:
+        grpc = _GEMINI_STATUSES.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
+        return {"error": {"code": status, "message": msg, "status": grpc}}
     if path == ANTHROPIC_MESSAGES_PATH:
         return {"type": "error", "error": {"type": an_type, "message": msg}}
     return {"error": {"message": msg, "type": oa_type, "param": None, "code": None}}
@@ -336,7 +422,8 @@ def _reset_connection(writer: asyncio.StreamWriter) -> None:
 
 
 class FakeLLMServer:
-    """Fake OpenAI/Anthropic API over real HTTP/1.1, its asyncio loop in a daemon thread.
+    """Fake OpenAI/Anthropic/Gemini/Azure API over real HTTP/1.1, its asyncio loop in a
+    daemon thread.
 
     Mutable knobs (safe to change while running): ``latency_s``, ``responder``,
     ``served_model`` (overrides the ``model`` echoed back), ``models`` (listed by
@@ -510,10 +597,11 @@ class FakeLLMServer:
     @property
     def requests(self) -> list[dict[str, Any]]:
         """Completion requests in arrival order. Each entry has ``path``, ``method``, ``body``
-        (parsed JSON or None), ``headers`` (lower-cased; credentials redacted),
-        ``has_authorization``, ``has_x_api_key``, ``key_sha256`` (SHA-256 of the bearer
-        token or x-api-key, or None), ``status`` (answered status, None for a dropped
-        connection) and ``fault`` (the :class:`Fault` applied, or None)."""
+        (parsed JSON or None), ``query`` (the query string's arguments), ``headers``
+        (lower-cased; credentials redacted), ``has_authorization``, ``has_x_api_key``,
+        ``key_sha256`` (SHA-256 of the bearer token, x-api-key, api-key or x-goog-api-key,
+        or None), ``status`` (answered status, None for a dropped connection) and
+        ``fault`` (the :class:`Fault` applied, or None)."""
         with self._lock:
             return list(self._requests)
 
@@ -542,8 +630,8 @@ class FakeLLMServer:
             }
 
     def key_was_sent(self, key: str) -> bool:
-        """Whether any recorded completion request carried ``key`` (as a bearer token or an
-        ``x-api-key``), compared by fingerprint."""
+        """Whether any recorded completion request carried ``key`` (as a bearer token, an
+        ``x-api-key``, an ``api-key`` or an ``x-goog-api-key``), compared by fingerprint."""
         digest = hashlib.sha256(key.encode()).hexdigest()
         return any(r.get("key_sha256") == digest for r in self.requests)
 
@@ -613,8 +701,9 @@ class FakeLLMServer:
                 writer.write(_encode_response(_error_reply("", exc.status, exc.message), False))
                 return
 
-            path = target.split("?", 1)[0].rstrip("/") or "/"
-            reply = await self._dispatch(method, path, headers, raw)
+            path, _, query = target.partition("?")
+            path = path.rstrip("/") or "/"
+            reply = await self._dispatch(method, path, headers, raw, query)
             if writer.is_closing():
                 return
             if reply.reset:
@@ -628,17 +717,19 @@ class FakeLLMServer:
     # ------------------------------------------------------------------ routing
 
     async def _dispatch(
-        self, method: str, path: str, headers: dict[str, str], raw: bytes
+        self, method: str, path: str, headers: dict[str, str], raw: bytes, query: str = ""
     ) -> _Reply:
-        if path in COMPLETION_PATHS:
+        if _api_of(path) is not None:
             if method != "POST":
                 self._count_path(path)
                 return _error_reply(path, 405, f"Method {method} not allowed.")
-            return await self._completion(path, headers, raw)
-        if path == MODELS_PATH:
+            return await self._completion(path, headers, raw, query)
+        if path in (MODELS_PATH, GEMINI_MODELS_PATH):
             self._count_path(path)
             if method != "GET":
                 return _error_reply(path, 405, f"Method {method} not allowed.")
+            if path == GEMINI_MODELS_PATH:
+                return self._list_gemini_models()
             return self._list_models(anthropic="anthropic-version" in headers)
         if path == "/_stats" and method == "GET":
             return _json_reply(200, self.stats())
@@ -653,6 +744,21 @@ class FakeLLMServer:
     def _count_path(self, path: str) -> None:
         with self._lock:
             self._calls_by_path[path] = self._calls_by_path.get(path, 0) + 1
+
+    def _list_gemini_models(self) -> _Reply:
+        return _json_reply(
+            200,
+            {
+                "models": [
+                    {
+                        "name": f"models/{m}",
+                        "displayName": m,
+                        "supportedGenerationMethods": ["generateContent", "countTokens"],
+                    }
+                    for m in self.models
+                ]
+            },
+        )
 
     def _list_models(self, anthropic: bool) -> _Reply:
         models = list(self.models)
@@ -709,9 +815,14 @@ class FakeLLMServer:
 
     # -------------------------------------------------------------- completions
 
-    async def _completion(self, path: str, headers: dict[str, str], raw: bytes) -> _Reply:
+    async def _completion(
+        self, path: str, headers: dict[str, str], raw: bytes, query: str = ""
+    ) -> _Reply:
+        api = _api_of(path)
+        conversation = "contents" if api == "gemini" else "messages"
         body: dict[str, Any] | None = None
         parse_error: str | None = None
+        error_status = 400
         try:
             parsed = json.loads(raw)
         except ValueError as exc:
@@ -719,23 +830,27 @@ class FakeLLMServer:
         else:
             if not isinstance(parsed, dict):
                 parse_error = "Request body must be a JSON object."
-            elif not isinstance(parsed.get("messages"), list):
+            elif not isinstance(parsed.get(conversation), list):
                 body = parsed
-                parse_error = "'messages' must be a list."
+                parse_error = f"'{conversation}' must be a list."
             else:
                 body = parsed
             if isinstance(parsed, dict) and parsed.get("stream"):
                 parse_error = "The fake server does not support streaming."
+        arguments = urllib.parse.parse_qs(query)
+        if api == "azure" and not arguments.get("api-version"):
+            parse_error, error_status = "Resource not found", 404  # as Azure answers
 
         fault = self._next_fault()
         if fault is None and self.inflight_cap is not None and self._inflight >= self.inflight_cap:
             fault = Fault(status=429, headers={"retry-after": self.inflight_cap_retry_after})
         entry = _request_entry(path, headers, body)
+        entry["query"] = {k: v[-1] for k, v in arguments.items()}
         entry["fault"] = fault
         if fault is not None:
             entry["status"] = None if fault.close else fault.status
         else:
-            entry["status"] = 400 if parse_error else 200
+            entry["status"] = error_status if parse_error else 200
         with self._lock:
             self._calls += 1
             self._calls_by_path[path] = self._calls_by_path.get(path, 0) + 1
@@ -751,7 +866,7 @@ class FakeLLMServer:
                     await asyncio.sleep(fault.delay_s)
                 return self._fault_reply(path, fault)
             if parse_error is not None or body is None:
-                return _error_reply(path, 400, parse_error)
+                return _error_reply(path, error_status, parse_error)
             latency = self.latency_s
             if latency > 0:
                 await asyncio.sleep(latency)
@@ -828,10 +943,11 @@ def _request_entry(
     auth = headers.get("authorization")
     if auth is not None:
         key = auth[7:] if auth[:7].lower() == "bearer " else auth
-    elif "x-api-key" in headers:
-        key = headers["x-api-key"]
-    elif "api-key" in headers:
-        key = headers["api-key"]
+    else:
+        for name in ("x-api-key", "api-key", "x-goog-api-key"):
+            if name in headers:
+                key = headers[name]
+                break
     return {
         "path": path,
         "method": "POST",
@@ -863,6 +979,32 @@ def _completion_reply(
     completion_tokens = len(words) + sum(
         len(name.split()) + len(json.dumps(arguments).split()) for _, name, arguments in tool_calls
     )
+    gemini = _GEMINI_PATH_RE.match(path)
+    if gemini:  # the model is in the path, not the body
+        parts: list[dict[str, Any]] = [{"text": text}] if text or not tool_calls else []
+        parts.extend(
+            {"functionCall": {"name": name, "args": arguments}} for _, name, arguments in tool_calls
+        )
+        finish_reason = "MAX_TOKENS" if truncated and not tool_calls else "STOP"
+        return _json_reply(
+            200,
+            {
+                "candidates": [
+                    {
+                        "content": {"role": "model", "parts": parts},
+                        "finishReason": finish_reason,
+                        "index": 0,
+                    }
+                ],
+                "usageMetadata": {
+                    "promptTokenCount": prompt_tokens,
+                    "candidatesTokenCount": completion_tokens,
+                    "totalTokenCount": prompt_tokens + completion_tokens,
+                },
+                "modelVersion": served_model or gemini.group(1),
+                "responseId": f"fake{seq:08d}",
+            },
+        )
     model = served_model or str(body.get("model") or "fake-model")
     if path == ANTHROPIC_MESSAGES_PATH:
         content: list[dict[str, Any]] = (
@@ -928,7 +1070,7 @@ def _write_port_file(path: str, port: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.support.fake_llm_server",
-        description="Fake OpenAI/Anthropic API server (foreground).",
+        description="Fake OpenAI/Anthropic/Gemini/Azure OpenAI API server (foreground).",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")

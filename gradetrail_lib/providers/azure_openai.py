@@ -1,0 +1,64 @@
+"""Provider `azure_openai`: a model deployed on an Azure OpenAI resource. `name` is the
+deployment, `base_url` the resource's endpoint (`https://NAME.openai.azure.com`, required)
+and `api_version` the API version (default `DEFAULT_API_VERSION`, a GA version).
+
+Requests are Chat Completions (`openai_chat`, tools included) sent to
+`POST {base_url}/openai/deployments/{name}/chat/completions?api-version=...` with the key in
+the `api-key` header. The API version enters the request key (as the endpoint's setting):
+another version may answer otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
+from gradetrail_lib.providers.registry import Provider
+
+if TYPE_CHECKING:
+    from gradetrail_lib.providers.config import ModelConfig
+    from gradetrail_lib.providers.request import Endpoint
+
+DEFAULT_API_VERSION = "2024-10-21"
+
+_API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
+
+
+class AzureOpenAIAdapter(OpenAIChatAdapter):
+    def url(self, endpoint: Endpoint) -> str:
+        deployment = quote(endpoint.model, safe="")
+        version = quote(endpoint.setting("api_version"), safe="")
+        return (
+            f"{endpoint.base_url}/openai/deployments/{deployment}/chat/completions"
+            f"?api-version={version}"
+        )
+
+    def headers(self, api_key: str | None) -> dict[str, str]:
+        return {"api-key": api_key} if api_key else {}
+
+
+def _check(model: ModelConfig) -> None:
+    if model.api_version is not None and not _API_VERSION.match(model.api_version):
+        raise ValueError(
+            f"api_version {model.api_version!r} is not an Azure OpenAI API version "
+            f"(like {DEFAULT_API_VERSION} or 2025-04-01-preview)"
+        )
+
+
+def _settings(model: ModelConfig) -> dict[str, str]:
+    return {"api_version": model.api_version or DEFAULT_API_VERSION}
+
+
+PROVIDER = Provider(
+    name="azure_openai",
+    adapter=AzureOpenAIAdapter(),
+    key_env="AZURE_OPENAI_API_KEY",
+    key_required=True,
+    base_url_required=True,
+    base_url_hint="the resource's endpoint, e.g. https://NAME.openai.azure.com",
+    settings=("api_version",),
+    check=_check,
+    endpoint_settings=_settings,
+)

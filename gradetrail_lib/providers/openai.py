@@ -1,0 +1,13 @@
+"""Provider `openai`: OpenAI's Chat Completions API (see `openai_chat`)."""
+
+from gradetrail_lib.providers import openai_chat
+from gradetrail_lib.providers.registry import Provider
+
+PROVIDER = Provider(
+    name="openai",
+    adapter=openai_chat.OpenAIChatAdapter(),
+    base_url="https://api.openai.com/v1",
+    key_env="OPENAI_API_KEY",
+    key_required=True,
+    listing=openai_chat.LISTING,
+)

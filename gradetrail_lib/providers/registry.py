@@ -1,0 +1,210 @@
+"""Every provider, by its `provider:` name. A new provider is one module here plus its
+name in `PROVIDER_MODULES`: the module defines `PROVIDER`, a `Provider` saying how its
+requests are sent (the adapter, tools included), its defaults (base URL, the key's
+environment variable, whether the key or a base URL is required), the sampling
+parameters its API refuses, how many requests it takes at once, its own checks of a
+model's settings and its model listing.
+
+Everything provider-specific reads this: the spec's `provider:` choices and their
+checks (`config.ModelConfig`, `config.Watch`), the request key and the endpoint
+(`request`), the caller (`caller`), the model listings (`model_listing`), prices
+(`pricing`) and the concurrency limit (the engine's).
+
+Modules are cheap to import, with no HTTP stack (an adapter loads httpx when it builds
+its first request): loading a spec loads every provider, and a fully cached run must not
+pay for httpx.
+"""
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from pydantic_core import PydanticCustomError
+
+if TYPE_CHECKING:
+    from gradetrail_lib.config import Params
+    from gradetrail_lib.datasets.dataset import Sample
+    from gradetrail_lib.providers.adapter import Adapter
+    from gradetrail_lib.providers.base import ModelResponse
+    from gradetrail_lib.providers.config import ModelConfig
+    from gradetrail_lib.providers.request import ModelRequest
+
+PROVIDER_MODULES = (
+    "anthropic",
+    "openai",
+    "openai_compatible",
+    "local",
+    "scripted",
+    "gemini",
+    "azure_openai",
+)
+
+
+@dataclass(frozen=True)
+class RefusedParam:
+    """A sampling parameter (a `Params` field) that a provider's API does not take: a
+    spec setting it would be rejected on every request, so it is refused up front."""
+
+    param: str
+    # Who lacks it, in the two errors: the spec's ("seed is not a parameter of the
+    # Anthropic Messages API") and a `--model`'s ("... sets seed, which Anthropic lacks").
+    api: str
+    short: str
+
+    def spec_message(self) -> str:
+        return f"{self.param} is not a parameter of {self.api}"
+
+    def model_message(self, model: str, spec_name: str) -> str:
+        return f"model {model}: spec {spec_name!r} sets {self.param}, which {self.short} lacks"
+
+
+def _last_page(body: Any) -> dict[str, str] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """How a provider lists its models (for a spec's `watch`): `GET {base_url}{path}` with
+    `headers(key)` and `query`, then again with `next_query(body)` until that is None;
+    `ids(body)` are the model ids of a page."""
+
+    headers: Callable[[str | None], dict[str, str]]
+    ids: Callable[[Any], list[str]]
+    path: str = "/models"
+    query: Mapping[str, str] = field(default_factory=dict)
+    next_query: Callable[[Any], dict[str, str] | None] = _last_page
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provider:
+    """One provider. Only `name` and `adapter` are needed; every other field has the
+    default of a plain HTTP API (no default base URL, no key required, no limits)."""
+
+    name: str
+    # Builds its HTTP requests and reads the answers (see `adapter.Adapter`). None for a
+    # provider that answers in-process (`sample_answer` and `respond`).
+    adapter: "Adapter | None"
+    # Where requests go when the model sets no `base_url`.
+    base_url: str | None = None
+    # The environment variable holding the key when the model names none.
+    key_env: str | None = None
+    # Whether a call without a key is refused (a fatal error naming the variable).
+    key_required: bool = False
+    # Whether a model must set `base_url` ("NAME needs base_url", plus the hint).
+    base_url_required: bool = False
+    base_url_hint: str = ""
+    # `ModelConfig` fields only this provider takes; another provider's model setting
+    # one is refused ("X and Y are settings of provider NAME only").
+    settings: tuple[str, ...] = ()
+    # Sampling parameters its API lacks.
+    refused_params: tuple[RefusedParam, ...] = ()
+    # At most this many requests in flight to one of its models (None: the backend's).
+    concurrency: int | None = None
+    # More checks of a model's settings; raises ValueError with the message to show.
+    check: "Callable[[ModelConfig], None] | None" = None
+    # Lists its models (None: a spec cannot `watch` it).
+    listing: Listing | None = None
+    # What stands for the base URL in the request key (default: the base URL), for a
+    # provider whose URL says nothing about the answers (a local server's random port).
+    key_base_url: "Callable[[ModelConfig], str | None] | None" = None
+    # Settings that shape its requests beyond the base URL (Azure's api-version): they
+    # are on the endpoint for the adapter, and in the request key when there are some.
+    endpoint_settings: "Callable[[ModelConfig], dict[str, str]] | None" = None
+    # The endpoint's URL when it is not known before the run: a server it starts
+    # (`serve`) is bound later; an in-process provider's is only a name.
+    planned_base_url: str | None = None
+    # Starts (or shares) the server of a model: a context manager yielding its base URL.
+    serve: "Callable[[str], AbstractContextManager[str]] | None" = None
+    # In-process providers: the answer for a sample (an InputError when the sample cannot
+    # give one; it enters the request key), and the response to a request.
+    sample_answer: "Callable[[ModelConfig, Sample, str], str] | None" = None
+    respond: "Callable[[ModelRequest], ModelResponse] | None" = None
+
+    @property
+    def in_process(self) -> bool:
+        """Answered without a call, so without a cost."""
+        return self.respond is not None
+
+    def refused(self, params: "Params") -> RefusedParam | None:
+        """The first parameter set in `params` that this provider's API lacks."""
+        for rule in self.refused_params:
+            if getattr(params, rule.param) is not None:
+                return rule
+        return None
+
+    def validate(self, model: "ModelConfig") -> None:
+        """Raises ValueError (its message for the spec's error) for a model this provider
+        cannot call as configured."""
+        for other in providers().values():
+            if other is self or not other.settings:
+                continue
+            if any(getattr(model, name) is not None for name in other.settings):
+                names = " and ".join(other.settings)
+                verb = "are settings" if len(other.settings) > 1 else "is a setting"
+                raise ValueError(f"{names} {verb} of provider {other.name} only")
+        if self.base_url_required and not model.base_url:
+            hint = f" ({self.base_url_hint})" if self.base_url_hint else ""
+            raise ValueError(f"{self.name} needs base_url{hint}")
+        if self.check is not None:
+            self.check(model)
+
+
+@cache
+def providers() -> dict[str, Provider]:
+    """Every provider by name, in `PROVIDER_MODULES` order."""
+    loaded: dict[str, Provider] = {}
+    for module_name in PROVIDER_MODULES:
+        provider = import_module(f"gradetrail_lib.providers.{module_name}").PROVIDER
+        if not isinstance(provider, Provider) or provider.name in loaded:
+            raise TypeError(f"providers.{module_name}: PROVIDER is not a new Provider")
+        loaded[provider.name] = provider
+    return loaded
+
+
+def names() -> tuple[str, ...]:
+    return tuple(providers())
+
+
+def get(name: str) -> Provider:
+    """The provider of that name (a KeyError for one that does not exist: names reaching
+    here were checked when their model was)."""
+    return providers()[name]
+
+
+def listing_names() -> tuple[str, ...]:
+    """Providers a spec can `watch`: those with a model listing."""
+    return tuple(name for name, p in providers().items() if p.listing is not None)
+
+
+def choice_error(choices: tuple[str, ...]) -> PydanticCustomError:
+    """The error for a name not among `choices`, worded as pydantic words a Literal's."""
+    quoted = [repr(c) for c in choices]
+    expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    return PydanticCustomError(
+        "literal_error", "Input should be {expected}", {"expected": expected}
+    )
+
+
+def checked_name(name: str) -> str:
+    """`name` if a provider has it; the spec's error listing every provider otherwise."""
+    if name not in providers():
+        raise choice_error(names())
+    return name
+
+
+@cache
+def _in_process() -> frozenset[str]:
+    return frozenset(name for name, p in providers().items() if p.in_process)
+
+
+def answers_in_process(name: str) -> bool:
+    """Whether the provider answers without a call (and so without a cost)."""
+    return name in _in_process()
+
+
+def concurrency_limit(name: str) -> int | None:
+    provider = providers().get(name)
+    return provider.concurrency if provider is not None else None
