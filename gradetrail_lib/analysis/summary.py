@@ -76,7 +76,11 @@ def format_cost(totals: CallTotals) -> str:
     reused = totals.reused_usd
     if reused is None:
         return "unknown (a price is missing from the price list)"
-    return f"{format_usd(totals.cost_paid_usd)} paid; {format_usd(reused)} reused from cache"
+    paid = format_usd(totals.cost_paid_usd)
+    if not totals.shared:
+        return f"{paid} paid; {format_usd(reused)} reused from cache"
+    whence = "by shared requests" if not totals.cache_hits else "from cache and by shared requests"
+    return f"{paid} paid; {format_usd(reused)} reused ({whence})"
 
 
 def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str:
@@ -113,11 +117,17 @@ def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str
         f"Cost: {format_cost(target)}",
         f"Cache hits: {target.cache_hits}/{target_calls}",
     ]
-    if judge.calls or judge.cache_hits or judge.errors:
+    if target.shared:
         lines.append(
-            f"Judge: {judge.calls} calls, {judge.cache_hits} cache hits, {judge.errors} errors; "
-            f"tokens {judge.input_tokens} in / {judge.output_tokens} out; "
-            f"cost {format_cost(judge)}"
+            f"Shared: {target.shared}/{target_calls} reused the answer of an identical request "
+            f"sent in this run (each request is sent once: {target.calls} sent)"
+        )
+    if judge.calls or judge.cache_hits or judge.errors:
+        shared = f", {judge.shared} shared" if judge.shared else ""
+        lines.append(
+            f"Judge: {judge.calls} calls, {judge.cache_hits} cache hits{shared}, "
+            f"{judge.errors} errors; tokens {judge.input_tokens} in / {judge.output_tokens} "
+            f"out; cost {format_cost(judge)}"
         )
     lines.append(f"Wall time: {wall_s:.2f}s")
     return "\n".join(lines)
