@@ -64,8 +64,11 @@ class CallCounter:
     output_tokens: int = 0
     cost: float | None = 0.0
     paid: float | None = 0.0
+    # The providers of the calls (a local model has no price to show).
+    providers: set[str] = field(default_factory=set)
 
     def add(self, call: ModelCall) -> None:
+        self.providers.add(call.provider)
         first = False
         if call.cache_hit:
             self.cache_hits += 1
@@ -83,6 +86,11 @@ class CallCounter:
         self.cost = None if cost is None or self.cost is None else self.cost + cost
         if first:
             self.paid = None if cost is None or self.paid is None else self.paid + cost
+
+    @property
+    def local(self) -> bool:
+        """Every call was to a local model (`provider: local`): no price applies."""
+        return self.providers == {"local"}
 
     def totals(self) -> CallTotals:
         return CallTotals(
