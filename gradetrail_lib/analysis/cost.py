@@ -4,8 +4,9 @@ Every answered call is priced at the chosen pricing version, including cache hit
 (their tokens were paid for once; this is what the eval costs to reproduce). A model
 without a price, or a call without token counts, makes the total unknown rather than
 a partial sum that would understate it; both are listed so the reader sees why.
-Calls that failed at the provider have no usage and are not billed. A judge's calls are
-a line of their own (role `judge`), apart from the model under test.
+Calls that failed at the provider have no usage and are not billed. A run sends a request
+once: a record that shared a request its run sent for another record was not paid again.
+A judge's calls are a line of their own (role `judge`), apart from the model under test.
 """
 
 from collections.abc import Iterable, Sequence
@@ -14,6 +15,7 @@ from typing import Any
 
 from gradetrail_lib.providers.pricing import PriceList, format_usd
 from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.results.totals import SentKeys
 from gradetrail_lib.results.trace import Manifest, Role, TraceRecord
 
 
@@ -34,6 +36,8 @@ class ModelCost:
     known_usd: float = 0.0
     # Of known_usd: what answers served from the cache had cost when first paid for.
     reused_usd: float = 0.0
+    # Of known_usd: what records that shared a request their run sent for another had cost.
+    shared_usd: float = 0.0
 
     @property
     def name(self) -> str:
@@ -46,9 +50,10 @@ class ModelCost:
 
     @property
     def paid_usd(self) -> float | None:
-        """What the runs' own calls cost (cache hits were paid for by an earlier run)."""
+        """What the runs' own calls cost (cache hits were paid for by an earlier run, a
+        shared request once)."""
         cost = self.cost_usd
-        return None if cost is None else cost - self.reused_usd
+        return None if cost is None else cost - self.reused_usd - self.shared_usd
 
     @property
     def reused_usd_or_none(self) -> float | None:
@@ -75,6 +80,7 @@ class ModelCost:
             "cost_usd": self.cost_usd,
             "paid_usd": self.paid_usd,
             "reused_from_cache_usd": self.reused_usd_or_none,
+            "shared_usd": None if self.cost_usd is None else self.shared_usd,
             "cost_per_scored_usd": self.per(self.scored),
             "cost_per_passed_usd": self.per(self.passed),
         }
@@ -135,6 +141,7 @@ def reprice(
 
     for manifest, records in runs:
         target = entry(manifest.model.provider, manifest.model.requested, "target")
+        sent = SentKeys()  # the run's own calls, told from the records that shared one
         primary = manifest.primary_scorer
         for record in records:
             target.samples += 1
@@ -150,6 +157,7 @@ def reprice(
                     if (call.provider, call.model) not in judged:
                         judged.add((call.provider, call.model))
                         billed.samples += 1
+                shared = not call.cache_hit and not sent.first(call)
                 if call.error is not None:
                     continue
                 billed.calls += 1
@@ -161,6 +169,8 @@ def reprice(
                     billed.known_usd += cost
                     if call.cache_hit:
                         billed.reused_usd += cost
+                    elif shared:
+                        billed.shared_usd += cost
                 elif call.input_tokens is None or call.output_tokens is None:
                     billed.missing_usage += 1
     report.models = sorted(by_model.values(), key=lambda m: (m.role != "target", m.name))
@@ -191,9 +201,10 @@ def format_cost(report: CostReport) -> str:
         )
     lines.append(total)
     for m in report.models:
+        shared = f"; {usd(m.shared_usd)} shared (a request sent once)" if m.shared_usd else ""
         lines.append(
             f"  {m.name}: {usd(m.paid_usd)} paid by these runs; "
-            f"{usd(m.reused_usd_or_none)} reused from cache"
+            f"{usd(m.reused_usd_or_none)} reused from cache{shared}"
         )
     for m in report.models:
         if m.role == "target":

@@ -71,12 +71,23 @@ def summarize(records: Totalled, scorers: Sequence[tuple[str, str]]) -> RunSumma
     )
 
 
-def format_cost(totals: CallTotals) -> str:
-    """`$0.0000 paid; $0.98 reused from cache` (step by step: what this run paid apart)."""
+LOCAL_COST = "no price (local model)"
+
+
+def format_cost(totals: CallTotals, *, local: bool = False) -> str:
+    """`$0.0000 paid; $0.98 reused from cache` (step by step: what this run paid apart).
+    `local`: the calls were a local model's, which has no price (its $0 would read as
+    free, its unknown as a price list's gap)."""
+    if local:
+        return LOCAL_COST
     reused = totals.reused_usd
     if reused is None:
         return "unknown (a price is missing from the price list)"
-    return f"{format_usd(totals.cost_paid_usd)} paid; {format_usd(reused)} reused from cache"
+    paid = format_usd(totals.cost_paid_usd)
+    if not totals.shared:
+        return f"{paid} paid; {format_usd(reused)} reused from cache"
+    whence = "by shared requests" if not totals.cache_hits else "from cache and by shared requests"
+    return f"{paid} paid; {format_usd(reused)} reused ({whence})"
 
 
 def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str:
@@ -110,14 +121,20 @@ def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str
     target_calls = totals.target_calls
     lines += [
         f"Tokens: {target.input_tokens} in / {target.output_tokens} out",
-        f"Cost: {format_cost(target)}",
+        f"Cost: {format_cost(target, local=totals.target.local)}",
         f"Cache hits: {target.cache_hits}/{target_calls}",
     ]
-    if judge.calls or judge.cache_hits or judge.errors:
+    if target.shared:
         lines.append(
-            f"Judge: {judge.calls} calls, {judge.cache_hits} cache hits, {judge.errors} errors; "
-            f"tokens {judge.input_tokens} in / {judge.output_tokens} out; "
-            f"cost {format_cost(judge)}"
+            f"Shared: {target.shared}/{target_calls} reused the answer of an identical request "
+            f"sent in this run (each request is sent once: {target.calls} sent)"
+        )
+    if judge.calls or judge.cache_hits or judge.errors:
+        shared = f", {judge.shared} shared" if judge.shared else ""
+        lines.append(
+            f"Judge: {judge.calls} calls, {judge.cache_hits} cache hits{shared}, "
+            f"{judge.errors} errors; tokens {judge.input_tokens} in / {judge.output_tokens} "
+            f"out; cost {format_cost(judge, local=totals.judge.local)}"
         )
     lines.append(f"Wall time: {wall_s:.2f}s")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
+from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.commands.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
@@ -102,7 +103,9 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     run.add_argument(
         "--no-cache",
         action="store_true",
-        help="do not read the cache (every request is sent); responses are still stored",
+        help="neither read nor write the cache file (nor create it), so every request is "
+        "sent; within a run each distinct request is sent once either way (identical "
+        "requests share its answer)",
     )
     run.add_argument(
         "--max-cost",
@@ -146,10 +149,10 @@ def run_command(args: argparse.Namespace) -> int:
             jobs.append(job)
     _check_folder(jobs, errors, folder, args)
     backend = make_backend(args)
-    cache = ResponseCache(args.cache)
+    # --no-cache: none (each run holds its own answers in memory: run_model's None).
+    cache = None if args.no_cache else ResponseCache(args.cache)
     if args.max_cost is not None:  # before any call
-        read = None if args.no_cache else cache
-        estimates = [estimate_run(p, read, load_prices()) for job in jobs for p in job.plans]
+        estimates = [estimate_run(p, cache, load_prices()) for job in jobs for p in job.plans]
         check_max_cost(estimates, args.max_cost)
     exits = []
     with backend.session():  # one Ray cluster for every spec and model, not one each
@@ -232,7 +235,7 @@ def _check_folder(
 def _run_spec(
     job: PlannedSpec,
     backend: Backend,
-    cache: ResponseCache,
+    cache: Cache | None,
     args: argparse.Namespace,
     startup_s: float,
 ) -> int:
@@ -243,7 +246,6 @@ def _run_spec(
     for position, eval_plan in enumerate(job.plans):
         label = f"{job.loaded.spec.name}/{eval_plan.model.name}"
         options = RunOptions(
-            read_cache=not args.no_cache,
             progress=ProgressBar(label),
             phase_seconds={"startup": startup_s, **job.phase_seconds(position)},
         )

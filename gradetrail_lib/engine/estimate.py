@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.engine.plan import EvalPlan, RunPlan, batch_samples, look_up
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.providers.base import ModelResponse
@@ -157,7 +157,7 @@ def _costs(
 def estimate(
     plan: EvalPlan,
     found: Mapping[str, ModelResponse | None],
-    cache: ResponseCache | None,
+    cache: Cache | None,
     prices: PriceList,
 ) -> ModelPlan:
     """The plan's calls and their cost range. `found`: the target's requests the cache
@@ -216,7 +216,7 @@ def estimate(
     )
 
 
-def estimate_run(plan: RunPlan, cache: ResponseCache | None, prices: PriceList) -> ModelPlan:
+def estimate_run(plan: RunPlan, cache: Cache | None, prices: PriceList) -> ModelPlan:
     """`estimate` of a whole run, batch by batch (`cache` None: nothing is read from it)."""
     total = _estimate_batches(plan, plan.batches(batch_samples(plan.repeats)), cache, prices)
     assert total is not None  # a plan has samples
@@ -226,7 +226,7 @@ def estimate_run(plan: RunPlan, cache: ResponseCache | None, prices: PriceList) 
 def _estimate_batches(
     plan: RunPlan,
     batches: Iterator[EvalPlan],
-    cache: ResponseCache | None,
+    cache: Cache | None,
     prices: PriceList,
 ) -> ModelPlan | None:
     total: ModelPlan | None = None
@@ -256,7 +256,7 @@ def _plus(a: ModelPlan, b: ModelPlan) -> ModelPlan:
 def _scorer_calls(
     plan: EvalPlan,
     found: Mapping[str, ModelResponse | None],
-    cache: ResponseCache | None,
+    cache: Cache | None,
     prices: PriceList,
 ) -> list[CallPlan]:
     """Each calling scorer's requests: built from the cached target responses (exact,

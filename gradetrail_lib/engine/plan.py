@@ -20,7 +20,7 @@ from gradetrail_lib.agents.tools import Toolbox
 from gradetrail_lib.analysis.retrieval import check_sample as check_retrieval_fields
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.live_endpoints import live_requests
-from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
+from gradetrail_lib.cache.base import Cache, Writer
 from gradetrail_lib.datasets.dataset import Dataset, Sample
 from gradetrail_lib.datasets.registry import load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
@@ -258,7 +258,7 @@ class Responses:
         self,
         request: ModelRequest,
         outcome: ModelResponse | ProviderError,
-        writer: CacheWriter | None,
+        writer: Writer | None,
     ) -> bool:
         """One call's outcome, a response stored in the cache as it arrives; whether it
         was a response. Every sending step (target, agent, scorers' calls) records here."""
@@ -285,7 +285,7 @@ class CacheLookup:
         return len(self.responses) == len(plan.unique_requests)
 
 
-def look_up(plan: EvalPlan, cache: ResponseCache) -> CacheLookup:
+def look_up(plan: EvalPlan, cache: Cache) -> CacheLookup:
     started = time.perf_counter()
     responses = cache.lookup(plan.request_keys())
     return CacheLookup(responses, time.perf_counter() - started)
@@ -293,15 +293,15 @@ def look_up(plan: EvalPlan, cache: ResponseCache) -> CacheLookup:
 
 def fetch_responses(
     plan: EvalPlan,
-    cache: ResponseCache | None,
+    cache: Cache,
     backend: Backend,
     *,
-    read_cache: bool = True,
     looked_up: CacheLookup | None = None,
     progress: Progress | None = None,
     listener: ResponseListener | None = None,
 ) -> Responses:
-    """Look every key up; call the provider for the misses only, caching each on arrival.
+    """Look every key up; call the provider for the misses only, caching each on arrival
+    (so a later batch of the run finds it: a run sends a key once, whatever its cache).
 
     `looked_up` is the plan's `look_up` when the caller made it already (to know before
     this step whether anything is to be sent); its time counts as this step's.
@@ -312,23 +312,22 @@ def fetch_responses(
         backend = backend.limited(limit)
     if plan.toolbox is not None:
         return _agent_responses(
-            plan, cache, backend, started=started, read_cache=read_cache,
-            looked_up=looked_up, progress=progress, listener=listener,
+            plan, cache, backend, started=started, looked_up=looked_up, progress=progress,
+            listener=listener,
         )  # fmt: skip
     result = Responses(execution=backend.describe())  # as it ran, limits applied
     unique = plan.unique_requests
-    if cache is not None and read_cache:
-        found = looked_up or look_up(plan, cache)
-        result.responses = dict(found.responses)
-        result.cache_hits = set(result.responses)
-        if listener is not None:
-            listener.on_cached(result.responses)
+    found = looked_up or look_up(plan, cache)
+    result.responses = dict(found.responses)
+    result.cache_hits = set(result.responses)
+    if listener is not None:
+        listener.on_cached(result.responses)
     missing = [r for k, r in unique.items() if k not in result.responses]
     total = len(unique)
     if progress:
         progress(len(result.responses), total)
     # (No writer, and its thread, for a batch the cache answered whole.)
-    writer_scope = cache.writer() if cache is not None and missing else nullcontext(None)
+    writer_scope = cache.writer() if missing else nullcontext(None)
     with writer_scope as writer, live_requests(missing) as live:
 
         def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
@@ -348,11 +347,10 @@ def fetch_responses(
 
 def _agent_responses(
     plan: EvalPlan,
-    cache: ResponseCache | None,
+    cache: Cache,
     backend: Backend,
     *,
     started: float,
-    read_cache: bool,
     looked_up: CacheLookup | None,
     progress: Progress | None,
     listener: ResponseListener | None,
@@ -362,7 +360,7 @@ def _agent_responses(
     as it arrives."""
     assert plan.toolbox is not None and plan.builder is not None
     result = Responses(execution=backend.describe())
-    if read_cache and cache is not None and looked_up is not None:
+    if looked_up is not None:
         result.responses.update(looked_up.responses)
         result.cache_hits.update(looked_up.responses)
     spec = plan.loaded.spec
@@ -372,8 +370,7 @@ def _agent_responses(
         budget=spec.step_budget,
         dataset_label=spec.dataset.label,
     )
-    writer_scope = cache.writer() if cache is not None else nullcontext(None)
-    with writer_scope as writer:
+    with cache.writer() as writer:
 
         def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
             result.take(request, outcome, writer)
@@ -382,7 +379,7 @@ def _agent_responses(
             unknown = [
                 r for r in requests if r.key not in result.responses and r.key not in result.errors
             ]
-            if read_cache and cache is not None and unknown:
+            if unknown:
                 found = cache.lookup([r.key for r in unknown])
                 result.responses.update(found)
                 result.cache_hits.update(found)

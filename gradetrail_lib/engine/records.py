@@ -13,7 +13,7 @@ from typing import Any
 from gradetrail_lib.agents.loop import Trajectory
 from gradetrail_lib.analysis.retrieval import retrieval_of
 from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.engine.plan import EvalPlan, PlannedSample, Responses
 from gradetrail_lib.engine.scorer_calls import CallStage
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
@@ -44,23 +44,25 @@ class Scoring:
     def __init__(
         self,
         plan: EvalPlan,
-        cache: ResponseCache | None,
+        cache: Cache,
         backend: Backend,
         *,
-        read_cache: bool = True,
         prices: PriceList | None = None,
         sent_before: Container[str] = frozenset(),
     ) -> None:
-        """`sent_before`: target keys an earlier step of this run sent (Dagster's
-        responses), found in the cache now but paid by this run."""
+        """`sent_before`: keys this run sent before this plan's (an earlier batch's, or
+        Dagster's responses step's), which the cache answers now: this run paid them, so
+        their calls are not cache hits (a cache hit is an earlier run's answer)."""
         self.plan = plan
-        self._sent_before = sent_before
+        # Asked of every cache hit's call: none at all when nothing was sent before (a
+        # run's first batch, a cached run). A key this plan sends is never also its hit.
+        self._sent_before = sent_before if sent_before else frozenset()
         self.prices = prices or load_prices()
         self._records: list[TraceRecord | None] = [None] * len(plan.items)
         # Per item, per scorer: the requests it named when its response came.
         self._requests: dict[int, list[list[ModelRequest]]] = {}
         self._callers = [i for i, s in enumerate(plan.scorers) if s.makes_calls]
-        self._stage = CallStage(cache, backend, read_cache=read_cache) if self._callers else None
+        self._stage = CallStage(cache, backend) if self._callers else None
         self._delivered: set[str] = set()
         # Cached responses whose records no scorer call waits for: made part by part.
         self._cached: dict[str, ModelResponse] = {}
@@ -106,6 +108,10 @@ class Scoring:
             return
         item = self.plan.items[position]
         model = self.plan.model
+        # A step this run sent earlier (another case's, an earlier batch's) is not a hit.
+        for shown in trajectory.steps:
+            if shown.cache_hit and shown.request_key in self._sent_before:
+                shown.cache_hit = False
         calls = [
             self._call(
                 "target",
@@ -243,8 +249,8 @@ class Scoring:
     ) -> ModelCall:
         """A call as the record keeps it; priced as the model it was asked of. A judge's
         call names its `scorer` and keeps its whole output (`text`); `error`: why the call
-        failed."""
-        if role == "target" and cache_hit and request.key in self._sent_before:
+        failed. A key this run sent (`sent_before`) is not a cache hit."""
+        if cache_hit and request.key in self._sent_before:
             cache_hit = False
         if response is None:
             return ModelCall(

@@ -16,7 +16,8 @@ from gradetrail_lib.analysis.history import HistoryEntry, record_run
 from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.cache.keyset import KeySet
+from gradetrail_lib.cache.base import Cache
+from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
 from gradetrail_lib.engine.plan import (
     EvalPlan,
@@ -37,6 +38,7 @@ from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.pricing import PriceList, load_prices
+from gradetrail_lib.results.keyset import AnyOf, KeySet
 from gradetrail_lib.results.runs import RESULTS_FILE
 from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import Manifest, TraceRecord, iter_records
@@ -71,10 +73,9 @@ def _offset(progress: Progress | None, done: int, total: int) -> Progress | None
 
 def _batches(
     plan: RunPlan,
-    cache: ResponseCache | None,
+    cache: Cache,
     backend: Backend,
     *,
-    read_cache: bool,
     timings: dict[str, float],
     progress: Progress | None,
     scoring_for: Callable[[EvalPlan], Scoring] | None = None,
@@ -93,22 +94,22 @@ def _batches(
         timings["plan"] += time.perf_counter() - started
         if batch is None:
             return
-        looked = look_up(batch, cache) if cache is not None and read_cache else None
-        sends = looked is None or not looked.complete(batch)
+        looked = look_up(batch, cache)
+        sends = not looked.complete(batch)
         scoring = scoring_for(batch) if scoring_for is not None else None
         if sends and not prepared:
             backend.prepare()  # before the step's clock, as part of the start-up
             prepared = True
         try:
             responses = fetch_responses(
-                batch, cache, backend, read_cache=read_cache, looked_up=looked,
+                batch, cache, backend, looked_up=looked,
                 progress=_offset(progress, done, plan.item_count), listener=scoring,
             )  # fmt: skip
         except BaseException:  # an abort or Ctrl-C: the judge answers that came are kept
             if scoring is not None:
                 scoring.cancel()
             raise
-        lookup_s = looked.wall_s if looked is not None else 0.0
+        lookup_s = looked.wall_s
         timings["cache_lookup"] = timings.get("cache_lookup", 0.0) + lookup_s
         timings["responses"] = timings.get("responses", 0.0) + responses.wall_s - lookup_s
         done += len(batch.items)
@@ -120,7 +121,6 @@ class RunOptions:
     """How a run goes, beside what it runs (the plan), where answers are kept (the cache),
     where misses are sent (the backend) and where it is written (the results root)."""
 
-    read_cache: bool = True
     # Reported after each finished request: (done, total).
     progress: Progress | None = None
     prices: PriceList | None = None
@@ -140,7 +140,7 @@ class RunOptions:
 
 def run_model(
     plan: RunPlan,
-    cache: ResponseCache | None,
+    cache: Cache | None,
     backend: Backend,
     results_root: Path,
     options: RunOptions = RunOptions(),
@@ -148,8 +148,11 @@ def run_model(
     """One model of a spec, batch by batch: responses with the scorers' calls
     overlapping them, the records scored and streamed into the run directory, the
     summary's totals kept as they go; then the manifest, the directory put in place and
-    the run added to the history."""
+    the run added to the history. `cache` None: no cache file is read or written
+    (`--no-cache`); the run's own answers are held in memory, so it still sends each
+    request once."""
     started_at = datetime.now(UTC)
+    cache = cache if cache is not None else MemoryCache()
     prices = options.prices or load_prices()
     totals = RunTotals(plan.scorer_names)
     timings = dict(options.phase_seconds)
@@ -160,17 +163,15 @@ def run_model(
     size = options.batch_samples or default_batch_samples(plan.repeats)
 
     def scoring_for(batch: EvalPlan) -> Scoring:
-        return Scoring(
-            batch, cache, backend, read_cache=options.read_cache, prices=prices,
-            sent_before=options.already_sent,
-        )  # fmt: skip
+        # What this run sent in earlier batches is its own answer, not a cache hit.
+        sent = AnyOf(options.already_sent, totals.sent)
+        return Scoring(batch, cache, backend, prices=prices, sent_before=sent)
 
     try:
         with RunDirWriter(results_root) as out:
             batches = _batches(
-                plan, cache, options.targets or backend, read_cache=options.read_cache,
-                timings=timings, progress=options.progress, batch_samples=size,
-                scoring_for=scoring_for,
+                plan, cache, options.targets or backend, timings=timings,
+                progress=options.progress, batch_samples=size, scoring_for=scoring_for,
             )  # fmt: skip
             _write(batches, totals, out, timings, execution, spans)
             summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
@@ -206,7 +207,6 @@ def _write(
             timings["scoring"] += time.perf_counter() - started
             out.write(records)
             started = time.perf_counter()
-        totals.end_batch()
         timings["scoring"] += time.perf_counter() - started
         execution.update(responses.execution)
 
@@ -235,18 +235,18 @@ class FetchedRun:
 
 def fetch_run(
     plan: RunPlan,
-    cache: ResponseCache | None,
+    cache: Cache,
     backend: Backend,
     *,
-    read_cache: bool = True,
     progress: Progress | None = None,
 ) -> FetchedRun:
-    """Every response of the plan in the cache (the misses sent), batch by batch."""
+    """Every response of the plan in the cache (the misses sent), batch by batch. A key
+    an earlier batch sent that a later one finds is neither a cache hit nor a call."""
     fetched = FetchedRun()
     digest = hashlib.sha256()
     timings: dict[str, float] = {}
     for batch, responses, _ in _batches(
-        plan, cache, backend, read_cache=read_cache, timings=timings, progress=progress
+        plan, cache, backend, timings=timings, progress=progress
     ):
         digest.update(batch_fingerprint(responses).encode())
         fetched.errors.update(responses.errors)
@@ -260,7 +260,8 @@ def fetch_run(
             steps = [c for t in cases for c in t.calls]
             fetched.sent.add(c.request.key for c in steps if not c.cache_hit)
             fetched.requests += len(steps)
-            fetched.cache_hits += sum(c.cache_hit for c in steps)
+            hits = [c for c in steps if c.cache_hit and c.request.key not in fetched.sent]
+            fetched.cache_hits += len(hits)
             stopped = [t.stopped for t in cases]
             for name, value in (
                 ("cases", len(cases)),
@@ -272,7 +273,7 @@ def fetch_run(
                 fetched.agent[name] = fetched.agent.get(name, 0) + value
         else:
             fetched.requests += len(batch.unique_requests)
-            fetched.cache_hits += len(responses.cache_hits)
+            fetched.cache_hits += sum(k not in fetched.sent for k in responses.cache_hits)
             fetched.sent.add(k for k in responses.responses if k not in responses.cache_hits)
     fetched.wall_s = timings.get("cache_lookup", 0.0) + timings.get("responses", 0.0)
     fetched.fingerprint = digest.hexdigest()
@@ -426,7 +427,9 @@ def run_spec(
     or a spec in memory (a mapping or a `Spec`, its relative paths under `base_dir`), so
     a Python file can be an eval of its own: its scorers are `{type: python, ref:
     "this_file.py:function"}`. `models` are names of the spec's models, `provider/name`
-    for others, or `ModelConfig`s. Every spec's input is checked before any call."""
+    for others, or `ModelConfig`s. Every spec's input is checked before any call.
+    `read_cache=False` is `--no-cache`: the cache file is neither read nor written (nor
+    created), and each run still sends a request once."""
     if isinstance(spec, str | Path) and Path(spec).is_dir():
         sources: list[SpecSource] = list(spec_files(Path(spec)))
     else:
@@ -434,14 +437,14 @@ def run_spec(
     # Every spec planned (every input error raised) before any call or write.
     planned = [plan_spec(s, models or (), base_dir=base_dir, repeats=repeats) for s in sources]
     sender = build_backend(backend, concurrency=concurrency)
-    response_cache = ResponseCache(Path(cache) if cache else default_cache_path())
+    response_cache = None  # not read, so not written either: each run holds its own answers
+    if read_cache:
+        response_cache = ResponseCache(Path(cache) if cache else default_cache_path())
     done = []
     with sender.session():
         for job in planned:
             for position, each in enumerate(job.plans):
-                options = RunOptions(
-                    read_cache=read_cache, phase_seconds=job.phase_seconds(position)
-                )
+                options = RunOptions(phase_seconds=job.phase_seconds(position))
                 done.append(
                     run_model(each, response_cache, sender, Path(results_root), options)
                 )

@@ -1,7 +1,8 @@
 """The model calls scorers ask for (a judge's), sent while the target's answers arrive.
 
 Scorer requests are ordinary requests: looked up in the same response cache, the misses
-sent through the same backend and retry policy, each stored as it arrives. They are
+sent through the same backend and retry policy, each stored as it arrives (so a later
+batch of the run finds what an earlier one sent, with or without the cache file). They are
 submitted as the target's responses come in (a cached one at once, a new one when it
 arrives), so judging overlaps with the target's sending instead of following it.
 
@@ -15,13 +16,13 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from typing import Any
 
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.live_endpoints import bind, live_requests, serve, served_models
 from gradetrail_lib.backends.local import LocalBackend
-from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
+from gradetrail_lib.cache.base import Cache, Writer
 from gradetrail_lib.engine.plan import Responses
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
@@ -38,11 +39,8 @@ _CLOSE = object()
 
 
 class CallStage:
-    def __init__(
-        self, cache: ResponseCache | None, backend: Backend, *, read_cache: bool = True
-    ) -> None:
-        self._cache = cache if read_cache else None
-        self._writer_cache = cache
+    def __init__(self, cache: Cache, backend: Backend) -> None:
+        self._cache = cache
         self._backend = backend
         self._pipelined = isinstance(backend, LocalBackend)
         self.results = Responses()
@@ -122,7 +120,7 @@ class CallStage:
 
     def _look_up(self, requests: list[ModelRequest]) -> list[ModelRequest]:
         """Records the cache hits; returns the misses."""
-        if self._cache is None or not requests:
+        if not requests:
             return requests
         found = self._cache.lookup([r.key for r in requests])
         self.results.responses.update(found)
@@ -130,12 +128,9 @@ class CallStage:
         return [r for r in requests if r.key not in found]
 
     def _on_result(
-        self, writer: CacheWriter | None, request: ModelRequest, outcome: Outcome
+        self, writer: Writer, request: ModelRequest, outcome: Outcome
     ) -> None:
         self.results.take(request, outcome, writer)
-
-    def _writer(self) -> Any:
-        return self._writer_cache.writer() if self._writer_cache is not None else nullcontext(None)
 
     # -- not pipelined
 
@@ -144,7 +139,7 @@ class CallStage:
         self._collected = []
         if not misses:
             return
-        with self._writer() as writer, live_requests(misses) as live:
+        with self._cache.writer() as writer, live_requests(misses) as live:
             self._backend.run(live, lambda r, o: self._on_result(writer, r, o))
 
     # -- pipelined: an event loop in a thread of its own
@@ -177,7 +172,7 @@ class CallStage:
         tasks: list[asyncio.Task[None]] = []
         assert isinstance(self._backend, LocalBackend)
         with ExitStack() as stack:
-            writer = stack.enter_context(self._writer())
+            writer = stack.enter_context(self._cache.writer())
             urls: dict[tuple[str, str], str] = {}
             try:
                 closing = False

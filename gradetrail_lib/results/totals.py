@@ -15,35 +15,68 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
+from gradetrail_lib.results.keyset import AnyOf, KeySet
 from gradetrail_lib.results.trace import OUTCOMES, CallTotals, ModelCall, Role, TraceRecord
 
 NAN = math.nan
 
 
 @dataclass
-class CallCounter:
-    """The calls of one role (or of one scorer's): distinct requests sent, cache hits,
-    errors, tokens, the cost of every answered call and of this run's own. A cost that
-    is unknown (no price) makes its total unknown: a partial sum would understate it."""
+class SentKeys:
+    """The request keys a run sent, told from its records in their order. A record's call
+    that is no cache hit is the call of its key when the key is new; a later record of
+    the key shared that call's answer (a run sends a key once, whatever its batch), except
+    that a failed call is not cached and a later batch sends its request again: the first
+    answer after a failure is a call of its own (a second failure reads as shared)."""
 
-    # The distinct keys sent in the batch going on, and those sent in earlier batches: a
-    # key is sent once a batch (its samples share the answer) and a later batch finds it
-    # in the cache, so only a batch's keys need to be held (a run without the cache that
-    # sends a key in two batches sent it twice).
-    sent: set[str] = field(default_factory=set)
-    sent_before: int = 0
+    keys: KeySet = field(default_factory=KeySet)  # 8 bytes a key: they grow with a run
+    failed: set[str] = field(default_factory=set)
+
+    def first(self, call: ModelCall) -> bool:
+        """Whether `call` (not a cache hit) was a call of its own, not a shared answer."""
+        key = call.request_key
+        if key not in self.keys:
+            self.keys.add((key,))
+            if call.error is not None:
+                self.failed.add(key)
+            return True
+        if call.error is None and key in self.failed:
+            self.failed.discard(key)
+            return True
+        return False
+
+
+@dataclass
+class CallCounter:
+    """The calls of one role (or of one scorer's), each record's call one of three:
+    a cache hit (an earlier run's answer), a call (this run sent it: `SentKeys`), or
+    shared (the answer of a call this run sent for another record, in any batch). Errors,
+    tokens and the cost of every answered record, and what this run paid (its calls
+    only). A cost that is unknown (no price) makes its total unknown: a partial sum would
+    understate it."""
+
+    sent: SentKeys = field(default_factory=SentKeys)
+    calls: int = 0
+    shared: int = 0
     cache_hits: int = 0
     errors: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float | None = 0.0
     paid: float | None = 0.0
+    # The providers of the calls (a local model has no price to show).
+    providers: set[str] = field(default_factory=set)
 
     def add(self, call: ModelCall) -> None:
+        self.providers.add(call.provider)
+        first = False
         if call.cache_hit:
             self.cache_hits += 1
+        elif self.sent.first(call):
+            self.calls += 1
+            first = True
         else:
-            self.sent.add(call.request_key)
+            self.shared += 1
         if call.error is not None:
             self.errors += 1
             return
@@ -51,16 +84,18 @@ class CallCounter:
         self.output_tokens += call.output_tokens or 0
         cost = call.cost_usd
         self.cost = None if cost is None or self.cost is None else self.cost + cost
-        if not call.cache_hit:
+        if first:
             self.paid = None if cost is None or self.paid is None else self.paid + cost
 
-    def end_batch(self) -> None:
-        self.sent_before += len(self.sent)
-        self.sent.clear()
+    @property
+    def local(self) -> bool:
+        """Every call was to a local model (`provider: local`): no price applies."""
+        return self.providers == {"local"}
 
     def totals(self) -> CallTotals:
         return CallTotals(
-            calls=self.sent_before + len(self.sent),
+            calls=self.calls,
+            shared=self.shared,
             cache_hits=self.cache_hits,
             errors=self.errors,
             input_tokens=self.input_tokens,
@@ -74,8 +109,8 @@ def call_totals(
     records: Iterable[TraceRecord], role: Role, scorer: str | None = None
 ) -> CallTotals:
     """Calls of one role (of one scorer's, when named) in `records`. `calls` counts
-    distinct requests this run sent (samples that render alike share one); a cache hit's
-    cost was paid by an earlier run."""
+    distinct requests this run sent (samples that render alike share one: `shared`); a
+    cache hit's cost was paid by an earlier run."""
     counter = CallCounter()
     for record in records:
         for call in record.calls:
@@ -132,16 +167,15 @@ class RunTotals:
         return totals
 
     def add_batch(self, records: Iterable[TraceRecord]) -> None:
-        """A batch of a run's records (see `CallCounter.sent`)."""
+        """Records read a batch at a time (as `add_all`: a key's calls are told apart
+        across batches, so where a batch ends does not matter)."""
         self.add_all(records)
-        self.end_batch()
 
-    def end_batch(self) -> None:
-        """The records added since the last batch were a batch (`add_all` them first)."""
-        self.target.end_batch()
-        self.judge.end_batch()
-        for counter in self.judges.values():
-            counter.end_batch()
+    @property
+    def sent(self) -> AnyOf:
+        """The keys the records so far were sent for (target and judges): a later batch
+        of the run that finds one in the cache finds this run's answer, not a cache hit."""
+        return AnyOf(self.target.sent.keys, self.judge.sent.keys)
 
     def add_all(self, records: Iterable[TraceRecord]) -> None:
         for record in records:

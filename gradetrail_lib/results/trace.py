@@ -247,19 +247,25 @@ class PricingInfo(_Model):
 
 
 class CallTotals(_Model):
-    """The calls of one role (target or judge) in a run."""
+    """The calls of one role (target or judge) in a run: each record's call is a call
+    this run sent, shared (the answer of a call this run sent for another record) or a
+    cache hit (an earlier run's answer)."""
 
-    calls: int = 0  # sent by this run
-    cache_hits: int = 0
+    calls: int = 0  # distinct requests sent by this run
+    cache_hits: int = 0  # records answered by an earlier run's call, from the cache
     errors: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float | None = 0.0  # every answered call, cache hits included
-    cost_paid_usd: float | None = 0.0  # this run's own calls only
+    cost_usd: float | None = 0.0  # every answered record's call, cache hits included
+    cost_paid_usd: float | None = 0.0  # this run's own calls only, each once
+    # Records answered by a call this run sent for another record (no second call). A
+    # default, so that manifests from before it read.
+    shared: int = 0
 
     @property
     def reused_usd(self) -> float | None:
-        """What the cached responses this run reused had cost (unknown with any price)."""
+        """What the answers this run did not pay for had cost: the cache hits', and the
+        shared records' (unknown with any price)."""
         if self.cost_usd is None:
             return None
         return self.cost_usd - (self.cost_paid_usd or 0.0)

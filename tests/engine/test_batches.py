@@ -4,7 +4,6 @@ and a run batch by batch writes what a run in one batch writes."""
 from pathlib import Path
 
 from gradetrail_lib.backends.local import LocalBackend
-from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.plan import BATCH_ITEMS, batch_samples, plan
 from gradetrail_lib.engine.run import RunOptions, run_model
 from gradetrail_lib.spec.spec import load_spec
@@ -30,12 +29,11 @@ def test_batches_keep_each_samples_repeats_together(tmp_path: Path) -> None:
 def test_a_run_in_batches_writes_what_a_run_in_one_batch_writes(tmp_path: Path) -> None:
     spec = oracle_project(tmp_path, 11, 3)
     loaded = load_spec(spec)
-    cache = ResponseCache(tmp_path / "c.duckdb")
     done = {}
-    for size in (2, 100):  # 6 batches, then 1
+    for size in (2, 100):  # 6 batches, then 1; no cache file: each run sends every request
         done[size] = run_model(
-            plan(loaded, loaded.spec.models[0]), cache, LocalBackend(), tmp_path / f"r{size}",
-            RunOptions(read_cache=False, batch_samples=size),
+            plan(loaded, loaded.spec.models[0]), None, LocalBackend(), tmp_path / f"r{size}",
+            RunOptions(batch_samples=size),
         )  # fmt: skip
     small, whole = done[2], done[100]
     read = [(d.run_dir / "results.jsonl").read_bytes() for d in (small, whole)]

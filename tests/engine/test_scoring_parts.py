@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from gradetrail_lib.backends.local import LocalBackend
+from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.engine.plan import Responses, plan
 from gradetrail_lib.engine.records import Scoring
 from gradetrail_lib.providers.base import ModelResponse
@@ -51,7 +52,7 @@ def test_a_batchs_records_in_parts_are_its_records_in_one(tmp_path: Path) -> Non
     batch, responses = batch_and_responses(tmp_path)
 
     def parts(size: int) -> list[list[bytes]]:
-        scoring = Scoring(batch, None, LocalBackend())  # type: ignore[arg-type]
+        scoring = Scoring(batch, MemoryCache(), LocalBackend())
         return [[record_json(r) for r in part] for part in scoring.parts(responses, size)]
 
     whole = parts(100)

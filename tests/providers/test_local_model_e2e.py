@@ -25,7 +25,9 @@ def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
     assert f"Samples: 4 ({counts})" in cold.stdout
     assert "Cache hits: 0/4" in cold.stdout
     assert "Judge: 4 calls, 0 cache hits, 0 errors" in cold.stdout
-    assert "Cost: $0.000000" in cold.stdout
+    # A local model has no price: neither "$0" (free) nor "unknown" (a price list's gap).
+    assert "Cost: no price (local model)\n" in cold.stdout
+    assert "cost no price (local model)" in cold.stdout  # its judge is the local model too
     rows = read_results(tmp_path / "results")
     assert all(r["response"] and r["stop_reason"] in ("stop", "max_tokens") for r in rows)
     assert all(r["calls"][0]["output_tokens"] > 0 for r in rows)  # type: ignore[index]

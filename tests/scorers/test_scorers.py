@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from gradetrail_lib.backends.local import LocalBackend
+from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.engine.plan import Responses, plan
 from gradetrail_lib.engine.records import Scoring
@@ -510,7 +511,7 @@ def test_score_all_marks_only_the_sample_whose_scorer_raised(tmp_path):
     responses.responses[key["cut"]] = response('{"a":', stop="max_tokens")
     responses.cache_hits.add(key["good"])
 
-    scoring = Scoring(the_plan, None, LocalBackend(), prices=load_prices())
+    scoring = Scoring(the_plan, MemoryCache(), LocalBackend(), prices=load_prices())
     rows = {r.id: r for part in scoring.parts(responses) for r in part}
     assert list(rows) == ["good", "bad", "wrong", "cut", "lost"]
 

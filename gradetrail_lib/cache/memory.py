@@ -1,0 +1,47 @@
+"""A run's own answers in memory: the cache of a run that neither reads nor writes the
+cache file (`gradetrail run --no-cache`, `run_spec(read_cache=False)`).
+
+It starts empty and holds what the run sends, so a request key is still sent at most
+once in the run (a later batch, or a judge's later call, finds the answer here), and
+nothing touches the file. The provider's raw body is not kept: only the file keeps it,
+for audit, and here it would be most of what a cold run holds."""
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+
+from gradetrail_lib.providers.base import ModelResponse
+from gradetrail_lib.providers.request import ModelRequest
+
+
+class MemoryCache:
+    def __init__(self) -> None:
+        self._responses: dict[str, ModelResponse] = {}
+
+    def lookup(self, keys: Sequence[str]) -> dict[str, ModelResponse]:
+        held = self._responses
+        return {key: held[key] for key in keys if key in held}
+
+    def cached_keys(self, keys: Sequence[str]) -> set[str]:
+        return {key for key in keys if key in self._responses}
+
+    def count(self) -> int:
+        return len(self._responses)
+
+    @contextmanager
+    def writer(self) -> Iterator["MemoryWriter"]:
+        yield MemoryWriter(self._responses)
+
+
+class MemoryWriter:
+    """Stores each answer at once (the sending thread's and the judges' alike: one dict
+    assignment, atomic under the GIL). The first answer of a key stays, as in the file."""
+
+    def __init__(self, responses: dict[str, ModelResponse]) -> None:
+        self._responses = responses
+
+    def put(self, request: ModelRequest, response: ModelResponse) -> None:
+        self._responses.setdefault(request.key, replace(response, raw={}))
+
+    def finish(self) -> None:
+        pass
