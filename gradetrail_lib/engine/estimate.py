@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gradetrail_lib.cache.base import Cache
-from gradetrail_lib.engine.plan import EvalPlan, RunPlan, batch_samples, look_up
+from gradetrail_lib.engine.plan import Batch, RunPlan, batch_samples
+from gradetrail_lib.engine.responses import look_up
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.providers.pricing import PriceList, format_usd, sum_costs
@@ -155,7 +156,7 @@ def _costs(
 
 
 def estimate(
-    plan: EvalPlan,
+    plan: Batch,
     found: Mapping[str, ModelResponse | None],
     cache: Cache | None,
     prices: PriceList,
@@ -225,7 +226,7 @@ def estimate_run(plan: RunPlan, cache: Cache | None, prices: PriceList) -> Model
 
 def _estimate_batches(
     plan: RunPlan,
-    batches: Iterator[EvalPlan],
+    batches: Iterator[Batch],
     cache: Cache | None,
     prices: PriceList,
 ) -> ModelPlan | None:
@@ -254,7 +255,7 @@ def _plus(a: ModelPlan, b: ModelPlan) -> ModelPlan:
 
 
 def _scorer_calls(
-    plan: EvalPlan,
+    plan: Batch,
     found: Mapping[str, ModelResponse | None],
     cache: Cache | None,
     prices: PriceList,

@@ -1,10 +1,12 @@
-"""Building the trace records of a run: each sample's record starts when its target
+"""Building the trace records of a batch: each sample's record starts when its target
 response is known, its scorers' model calls (a judge's) are submitted then, and its
 scores are filled in when every call is back.
 
-`Scoring` is used the same way by `gradetrail run` (fed by the responses step as answers
-arrive, so judging overlaps with sending) and by the Dagster scores asset (fed the
-responses asset's output at once)."""
+Responses reach a `RecordBuilder` one way: the responses step pushes each to it as soon as
+it is known (`on_cached`, `on_response`, an agent's `on_trajectory`), so judging overlaps
+with sending; `parts` then hands the batch's records on, scored. `gradetrail run`,
+`run_spec` and the Dagster scores asset (whose target answers all come from the cache)
+use it the same way."""
 
 import asyncio
 from collections.abc import Awaitable, Container, Iterator
@@ -14,7 +16,8 @@ from gradetrail_lib.agents.loop import Trajectory
 from gradetrail_lib.analysis.retrieval import retrieval_of
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
-from gradetrail_lib.engine.plan import EvalPlan, PlannedSample, Responses
+from gradetrail_lib.engine.plan import Batch, PlannedSample
+from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.engine.scorer_calls import CallStage
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.pricing import PriceList, load_prices
@@ -32,18 +35,18 @@ from gradetrail_lib.scorers import Score, ScoreFailed, ScoreInput
 
 _PENDING = ScoreEntry(score=None, reason="pending")
 
-# Records made, scored and handed on at a time (`Scoring.parts`): each step over a whole
-# batch's 8,192 walked ~20 MB of objects, out of the CPU's caches by the next step; a
-# part's stay in them (docs/performance.md).
+# Records made, scored and handed on at a time (`RecordBuilder.parts`): a part's records
+# stay in the CPU's caches from one step to the next, a whole batch's do not
+# (docs/performance.md).
 PART_ITEMS = 1024
 
 
-class Scoring:
+class RecordBuilder:
     """Records of one plan; `on_response` may be called from the sending thread."""
 
     def __init__(
         self,
-        plan: EvalPlan,
+        plan: Batch,
         cache: Cache,
         backend: Backend,
         *,
@@ -168,25 +171,12 @@ class Scoring:
         if self._stage is not None:
             self._stage.cancel()
 
-    def feed(self, responses: Responses) -> None:
-        """Every response of the step not seen yet (all of them, in Dagster)."""
-        if self.plan.toolbox is not None:
-            for position, trajectory in responses.trajectories.items():
-                self.on_trajectory(position, trajectory)
-            return
-        fresh = {k: v for k, v in responses.responses.items() if k not in self._delivered}
-        cached = {k: v for k, v in fresh.items() if k in responses.cache_hits}
-        self.on_cached(cached)
-        for key, response in fresh.items():
-            if key not in cached:
-                self.on_response(key, response, False)
-
     def parts(
         self, responses: Responses, size: int = PART_ITEMS
     ) -> Iterator[list[TraceRecord]]:
-        """Every record of the plan, in order, `size` at a time, each part scored (once
-        every scorer call is back)."""
-        self.feed(responses)
+        """Every record of the batch, in order, `size` at a time, each part scored (once
+        every scorer call is back). `responses` is what the responses step pushed here,
+        and the errors of the requests it could not answer."""
         calls = self._stage.close() if self._stage is not None else Responses()
         items = self.plan.items
         for start in range(0, len(items), size):

@@ -19,19 +19,17 @@ from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
-from gradetrail_lib.engine.plan import (
-    EvalPlan,
-    Progress,
-    Responses,
-    RunPlan,
-    batch_fingerprint,
-    fetch_responses,
-    load_spec_dataset,
-    look_up,
-)
+from gradetrail_lib.engine.plan import Batch, RunPlan, load_spec_dataset
 from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
 from gradetrail_lib.engine.plan import plan as make_plan
-from gradetrail_lib.engine.records import Scoring
+from gradetrail_lib.engine.records import RecordBuilder
+from gradetrail_lib.engine.responses import (
+    Progress,
+    Responses,
+    batch_fingerprint,
+    fetch_responses,
+    look_up,
+)
 from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import UsageError, input_errors, one_or_all
 from gradetrail_lib.providers import registry as providers
@@ -78,11 +76,11 @@ def _batches(
     *,
     timings: dict[str, float],
     progress: Progress | None,
-    scoring_for: Callable[[EvalPlan], Scoring] | None = None,
+    records_for: Callable[[Batch], RecordBuilder] | None = None,
     batch_samples: int | None = None,
-) -> Iterator[tuple[EvalPlan, Responses, Scoring | None]]:
+) -> Iterator[tuple[Batch, Responses, RecordBuilder | None]]:
     """Each batch of the plan with its responses (looked up, then the misses sent), the
-    phases' seconds added to `timings`. `scoring_for(batch)` makes the listener that
+    phases' seconds added to `timings`. `records_for(batch)` makes the listener that
     starts the batch's records (and its judging) as its responses arrive."""
     prepared = False
     done = 0
@@ -96,7 +94,7 @@ def _batches(
             return
         looked = look_up(batch, cache)
         sends = not looked.complete(batch)
-        scoring = scoring_for(batch) if scoring_for is not None else None
+        scoring = records_for(batch) if records_for is not None else None
         if sends and not prepared:
             backend.prepare()  # before the step's clock, as part of the start-up
             prepared = True
@@ -162,16 +160,16 @@ def run_model(
     spans = start_run(plan.loaded.spec.name, plan.model, started_at)
     size = options.batch_samples or default_batch_samples(plan.repeats)
 
-    def scoring_for(batch: EvalPlan) -> Scoring:
+    def records_for(batch: Batch) -> RecordBuilder:
         # What this run sent in earlier batches is its own answer, not a cache hit.
         sent = AnyOf(options.already_sent, totals.sent)
-        return Scoring(batch, cache, backend, prices=prices, sent_before=sent)
+        return RecordBuilder(batch, cache, backend, prices=prices, sent_before=sent)
 
     try:
         with RunDirWriter(results_root) as out:
             batches = _batches(
                 plan, cache, options.targets or backend, timings=timings,
-                progress=options.progress, batch_samples=size, scoring_for=scoring_for,
+                progress=options.progress, batch_samples=size, records_for=records_for,
             )  # fmt: skip
             _write(batches, totals, out, timings, execution, spans)
             summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
@@ -188,7 +186,7 @@ def run_model(
 
 
 def _write(
-    batches: Iterator[tuple[EvalPlan, Responses, Scoring | None]],
+    batches: Iterator[tuple[Batch, Responses, RecordBuilder | None]],
     totals: RunTotals,
     out: RunDirWriter,
     timings: dict[str, float],

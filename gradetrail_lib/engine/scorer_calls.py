@@ -23,7 +23,7 @@ from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.live_endpoints import bind, live_requests, serve, served_models
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.cache.base import Cache, Writer
-from gradetrail_lib.engine.plan import Responses
+from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ModelResponse, ProviderError
 from gradetrail_lib.providers.request import Endpoint, ModelRequest

@@ -8,7 +8,8 @@ from pathlib import Path
 import duckdb
 
 from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
-from gradetrail_lib.engine.plan import look_up, plan
+from gradetrail_lib.engine.plan import plan
+from gradetrail_lib.engine.responses import look_up
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.providers.request import Endpoint, ModelRequest
 from gradetrail_lib.spec.spec import load_spec

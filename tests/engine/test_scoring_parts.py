@@ -1,4 +1,4 @@
-"""A batch's records are made, scored and handed on a part at a time (`Scoring.parts`, so
+"""A batch's records are made, scored and handed on a part at a time (`RecordBuilder.parts`, so
 that each step over them finds them in the CPU's caches): the parts, in order, are the
 records one part would be, whatever the part's size, with cached and new responses,
 samples that share a request, a response that never came, repeats and an async scorer."""
@@ -8,11 +8,13 @@ from pathlib import Path
 
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.cache.memory import MemoryCache
-from gradetrail_lib.engine.plan import Responses, plan
-from gradetrail_lib.engine.records import Scoring
+from gradetrail_lib.engine.plan import plan
+from gradetrail_lib.engine.records import RecordBuilder
+from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.results.trace import record_json
 from gradetrail_lib.spec.spec import load_spec
+from tests.support.plans import pushed
 
 SCORERS = """
 import asyncio
@@ -52,8 +54,8 @@ def test_a_batchs_records_in_parts_are_its_records_in_one(tmp_path: Path) -> Non
     batch, responses = batch_and_responses(tmp_path)
 
     def parts(size: int) -> list[list[bytes]]:
-        scoring = Scoring(batch, MemoryCache(), LocalBackend())
-        return [[record_json(r) for r in part] for part in scoring.parts(responses, size)]
+        builder = pushed(RecordBuilder(batch, MemoryCache(), LocalBackend()), responses)
+        return [[record_json(r) for r in part] for part in builder.parts(responses, size)]
 
     whole = parts(100)
     assert len(whole) == 1 and len(whole[0]) == 18  # 9 samples, 2 repeats each

@@ -16,8 +16,9 @@ from pydantic import TypeAdapter
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.datasets.dataset import Sample
-from gradetrail_lib.engine.plan import Responses, plan
-from gradetrail_lib.engine.records import Scoring
+from gradetrail_lib.engine.plan import plan
+from gradetrail_lib.engine.records import RecordBuilder
+from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.providers.pricing import load_prices
@@ -26,7 +27,7 @@ from gradetrail_lib.scorers import Score, ScoreInput, Scorer, build_scorer
 from gradetrail_lib.scorers.regex import compile_pattern, literal_text
 from gradetrail_lib.spec.spec import AnyScorer, LoadedSpec, Spec
 from tests.conftest import write_spec
-from tests.support.plans import whole
+from tests.support.plans import pushed, whole
 
 DATASET = "data/x.jsonl"
 _CONFIG = TypeAdapter(AnyScorer)
@@ -511,8 +512,8 @@ def test_score_all_marks_only_the_sample_whose_scorer_raised(tmp_path):
     responses.responses[key["cut"]] = response('{"a":', stop="max_tokens")
     responses.cache_hits.add(key["good"])
 
-    scoring = Scoring(the_plan, MemoryCache(), LocalBackend(), prices=load_prices())
-    rows = {r.id: r for part in scoring.parts(responses) for r in part}
+    builder = RecordBuilder(the_plan, MemoryCache(), LocalBackend(), prices=load_prices())
+    rows = {r.id: r for part in pushed(builder, responses).parts(responses) for r in part}
     assert list(rows) == ["good", "bad", "wrong", "cut", "lost"]
 
     assert rows["bad"].outcome == "scorer_error"
