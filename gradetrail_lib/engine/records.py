@@ -128,29 +128,13 @@ class RecordBuilder:
             for step in trajectory.calls
         ]
         final = trajectory.final if trajectory.stopped != "provider_error" else None
-        record = TraceRecord(
-            schema_version=SCHEMA_VERSION,
-            id=item.sample.id,
-            repeat=item.repeat,
-            messages=item.request.messages,
-            calls=calls,
-            response=final.text if final is not None else None,
-            stop_reason=final.stop_reason if final is not None else None,
-            scores={},
-            outcome="scored",
-            failure_mode=None,
-            trajectory=trajectory.steps,
-            retrieval=retrieval_of(item.sample.fields),
-        )
         self._stopped[position] = trajectory.stopped
         if final is None:
-            reason = trajectory.error or "no response"
-            record.scores = {
-                s.name: ScoreEntry(score=None, reason=reason) for s in self.plan.scorers
-            }
-            record.outcome = record.failure_mode = "provider_error"
-            self._records[position] = record
+            self._records[position] = self._record(
+                item, calls=calls, trajectory=trajectory, failed=trajectory.error or "no response"
+            )
             return
+        record = self._record(item, calls=calls, response=final, trajectory=trajectory)
         requests = self._begin(position, record)
         if self._stage is not None:
             self._stage.submit(requests)
@@ -280,35 +264,43 @@ class RecordBuilder:
     def _start_record(
         self, item: PlannedSample, response: ModelResponse, cache_hit: bool
     ) -> TraceRecord:
-        request = item.request
-        return TraceRecord(
-            schema_version=SCHEMA_VERSION,
-            id=item.sample.id,
-            repeat=item.repeat,
-            messages=request.messages,
-            calls=[self._target_call(request, response, cache_hit)],
-            response=response.text,
-            stop_reason=response.stop_reason,
-            scores={},
-            outcome="scored",
-            failure_mode=None,
-            retrieval=retrieval_of(item.sample.fields),
-        )
+        call = self._target_call(item.request, response, cache_hit)
+        return self._record(item, calls=[call], response=response)
 
     def _unanswered(self, item: PlannedSample, responses: Responses) -> TraceRecord:
         error = responses.errors.get(item.request.key)
         reason = error.message if error else "no response (run interrupted)"
+        call = self._target_call(item.request, None, False, error=reason)
+        return self._record(item, calls=[call], failed=reason)
+
+    def _record(
+        self,
+        item: PlannedSample,
+        *,
+        calls: list[ModelCall],
+        response: ModelResponse | None = None,
+        trajectory: Trajectory | None = None,
+        failed: str | None = None,
+    ) -> TraceRecord:
+        """The one place a record is made: a sample's `calls`, the final `response` of the
+        model under test (scores follow), or why there is none (`failed`: a provider
+        error, every score empty with that reason)."""
         return TraceRecord(
             schema_version=SCHEMA_VERSION,
             id=item.sample.id,
             repeat=item.repeat,
             messages=item.request.messages,
-            calls=[self._target_call(item.request, None, False, error=reason)],
-            response=None,
-            stop_reason=None,
-            scores={s.name: ScoreEntry(score=None, reason=reason) for s in self.plan.scorers},
-            outcome="provider_error",
-            failure_mode="provider_error",
+            calls=calls,
+            response=response.text if response is not None else None,
+            stop_reason=response.stop_reason if response is not None else None,
+            scores=(
+                {}
+                if failed is None
+                else {s.name: ScoreEntry(score=None, reason=failed) for s in self.plan.scorers}
+            ),
+            outcome="scored" if failed is None else "provider_error",
+            failure_mode=None if failed is None else "provider_error",
+            trajectory=trajectory.steps if trajectory is not None else [],
             retrieval=retrieval_of(item.sample.fields),
         )
 
