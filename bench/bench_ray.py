@@ -23,8 +23,7 @@ from pathlib import Path
 from bench.bench_pipeline import start_server
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.backends.ray_backend import RayBackend
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 from tests.support.requests import addition_requests
 
 

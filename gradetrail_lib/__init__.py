@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gradetrail_lib.config import Params
     from gradetrail_lib.engine.run import CompletedRun, run_spec
     from gradetrail_lib.errors import InputError
-    from gradetrail_lib.providers.config import ModelConfig
+    from gradetrail_lib.providers.registry import ModelConfig
     from gradetrail_lib.results.runs import Run, load_run
     from gradetrail_lib.results.trace import Manifest, TraceRecord
     from gradetrail_lib.spec.spec import Spec
@@ -30,7 +30,7 @@ _HOMES = {
     "CompletedRun": "gradetrail_lib.engine.run",
     "InputError": "gradetrail_lib.errors",
     "Manifest": "gradetrail_lib.results.trace",
-    "ModelConfig": "gradetrail_lib.providers.config",
+    "ModelConfig": "gradetrail_lib.providers.registry",
     "Params": "gradetrail_lib.config",
     "Run": "gradetrail_lib.results.runs",
     "Spec": "gradetrail_lib.spec.spec",

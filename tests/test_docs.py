@@ -27,9 +27,9 @@ from pydantic.fields import FieldInfo
 
 from gradetrail_lib.cli import build_parser
 from gradetrail_lib.config import Params
-from gradetrail_lib.datasets.ref import DatasetRef
+from gradetrail_lib.datasets.registry import DatasetRef
 from gradetrail_lib.providers import registry
-from gradetrail_lib.providers.config import ModelConfig, Watch
+from gradetrail_lib.providers.registry import ModelConfig, Watch
 from gradetrail_lib.scorers.judge import Grade
 from gradetrail_lib.scorers.registry import ScorerConfig, config_types
 from gradetrail_lib.settings import ENVIRONMENT

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from gradetrail_lib.agents.tools import Toolbox, call_all
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.hashing import canonical_json
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.request import Message, ModelRequest, RequestBuilder
+from gradetrail_lib.providers.base import Message, ModelRequest, ModelResponse, ProviderError
+from gradetrail_lib.providers.request import RequestBuilder
 from gradetrail_lib.results.trace import AgentStep, FailureMode, ToolResult
 
 

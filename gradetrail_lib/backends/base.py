@@ -4,8 +4,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 
 # Called in the driver process, once per request, as soon as its outcome is known.
 ResultCallback = Callable[[ModelRequest, ModelResponse | ProviderError], None]

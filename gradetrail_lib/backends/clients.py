@@ -6,10 +6,9 @@ this transport has no pool to contend for.)
 """
 
 from gradetrail_lib.backends.transport import StreamTransport
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.caller import call_model
 from gradetrail_lib.providers.policy import AttemptGate, RetryPolicy
-from gradetrail_lib.providers.request import ModelRequest
 
 Outcome = ModelResponse | ProviderError
 

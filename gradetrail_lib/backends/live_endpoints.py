@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 
 from gradetrail_lib.providers import registry
-from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.providers.base import ModelRequest
 
 Served = tuple[str, str]  # (provider, model)
 

@@ -12,9 +12,8 @@ from importlib import import_module
 from gradetrail_lib.backends.adaptive import DEFAULT_INITIAL, AIMDLimiter
 from gradetrail_lib.backends.base import ResultCallback
 from gradetrail_lib.errors import RunAborted
-from gradetrail_lib.providers.base import ProviderError
+from gradetrail_lib.providers.base import Endpoint, ModelRequest, ProviderError
 from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
-from gradetrail_lib.providers.request import Endpoint, ModelRequest
 from gradetrail_lib.settings import DEFAULT_CONCURRENCY
 
 

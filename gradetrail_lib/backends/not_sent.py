@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 from gradetrail_lib.backends.base import ResultCallback
-from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.providers.base import ModelRequest, ProviderError
 
 
 class NotSent:

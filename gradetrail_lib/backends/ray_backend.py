@@ -32,9 +32,8 @@ from gradetrail_lib._version import __version__
 from gradetrail_lib.backends.base import ResultCallback
 from gradetrail_lib.backends.clients import Outcome, RequestSender
 from gradetrail_lib.errors import GradetrailError, RunAborted
-from gradetrail_lib.providers.base import ProviderError
+from gradetrail_lib.providers.base import ModelRequest, ProviderError
 from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
-from gradetrail_lib.providers.request import ModelRequest
 from gradetrail_lib.settings import DEFAULT_CONCURRENCY, DEFAULT_WORKERS
 
 log = logging.getLogger(__name__)

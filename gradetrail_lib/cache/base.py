@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 
 
 class Writer(Protocol):

@@ -10,8 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
-from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 
 
 class MemoryCache:

@@ -29,8 +29,7 @@ from typing import Any
 from gradetrail_lib.cache.duckdb_file import open_connection
 from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
 from gradetrail_lib.errors import GradetrailError
-from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 from gradetrail_lib.settings import Settings
 
 SCHEMA = """

@@ -1,10 +1,16 @@
 """Datasets: samples with a unique id, from the sources in `registry` (JSONL, CSV and
 Parquet files, Hugging Face)."""
 
-from gradetrail_lib.datasets.dataset import Dataset, Sample
-from gradetrail_lib.datasets.hf import load_hf_dataset
-from gradetrail_lib.datasets.ref import DatasetRef
-from gradetrail_lib.datasets.registry import dataset_format, load_dataset, load_dataset_ref
+# The registry first: the sources it loads import it back for their `FileSource` /
+# `RefSource`, so it must be there before any of them.
+from gradetrail_lib.datasets.registry import (  # isort: skip
+    DatasetRef,
+    dataset_format,
+    load_dataset,
+    load_dataset_ref,
+)
+from gradetrail_lib.datasets.dataset import Dataset, Sample  # isort: skip
+from gradetrail_lib.datasets.hf import load_hf_dataset  # isort: skip
 
 __all__ = [
     "Dataset",

@@ -20,12 +20,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from gradetrail_lib.errors import InputError
-
-if TYPE_CHECKING:
-    from gradetrail_lib.datasets.ref import DatasetRef
 
 # A row and where it is: its line or row number (`Sample.line`).
 Row = tuple[int, dict[str, Any]]
@@ -62,25 +59,6 @@ class Dataset:
     def samples(self) -> list[Sample]:
         """Every sample, validated, in memory (small datasets; a run streams instead)."""
         return list(self.validated())
-
-
-@dataclass(frozen=True)
-class FileSource:
-    """A file format: its `format:` name, the suffixes that stand for it (lower case, with
-    the dot), and `read(path, where)`, the file's dataset (`where` names it in errors)."""
-
-    format: str
-    suffixes: tuple[str, ...]
-    read: Callable[[Path, str], Dataset]
-
-
-@dataclass(frozen=True)
-class RefSource:
-    """A source named by a key of its own in the spec's `dataset:` (`hf`), with the other
-    keys of `DatasetRef` it takes; `load(ref)` is its dataset."""
-
-    key: str
-    load: Callable[["DatasetRef"], Dataset]
 
 
 def in_memory(path: Path, content_hash: str, samples: list[Sample]) -> Dataset:

@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 
 from gradetrail_lib.datasets.dataset import (
     Dataset,
-    RefSource,
     first_line,
     in_memory,
     jsonable_row,
     table_samples,
 )
+from gradetrail_lib.datasets.registry import RefSource
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json
 
-if TYPE_CHECKING:
-    from gradetrail_lib.datasets.ref import DatasetRef
+if TYPE_CHECKING:  # defined after the sources are loaded (its `format:` choices are theirs)
+    from gradetrail_lib.datasets.registry import DatasetRef
 
 
 def load_hf_dataset(ref: "DatasetRef") -> Dataset:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from gradetrail_lib.datasets.dataset import (
     Dataset,
-    FileSource,
     Row,
     Sample,
     cannot_read,
     checked_samples,
     file_hash,
 )
+from gradetrail_lib.datasets.registry import FileSource
 from gradetrail_lib.errors import InputError
 
 

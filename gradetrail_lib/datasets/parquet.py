@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from gradetrail_lib.datasets.dataset import Dataset, FileSource
+from gradetrail_lib.datasets.dataset import Dataset
+from gradetrail_lib.datasets.registry import FileSource
 from gradetrail_lib.datasets.tables import read_table
 
 

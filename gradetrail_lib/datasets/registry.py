@@ -7,20 +7,40 @@ Modules are cheap to import (DuckDB and `datasets` load when a file is read), be
 spec's `format:` choices come from here when `DatasetRef` is defined.
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from gradetrail_lib.datasets.dataset import Dataset, FileSource, RefSource
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-if TYPE_CHECKING:
-    from gradetrail_lib.datasets.ref import DatasetRef
+from gradetrail_lib.datasets.dataset import Dataset
 
 # In this order the `format:` choices are listed.
 SOURCE_MODULES = ("jsonl", "csv", "parquet", "hf")
 # The format of a file whose suffix names none.
 DEFAULT_FORMAT = "jsonl"
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """A file format: its `format:` name, the suffixes that stand for it (lower case, with
+    the dot), and `read(path, where)`, the file's dataset (`where` names it in errors)."""
+
+    format: str
+    suffixes: tuple[str, ...]
+    read: Callable[[Path, str], Dataset]
+
+
+@dataclass(frozen=True)
+class RefSource:
+    """A source named by a key of its own in the spec's `dataset:` (`hf`), with the other
+    keys of `DatasetRef` it takes; `load(ref)` is its dataset."""
+
+    key: str
+    load: Callable[["DatasetRef"], Dataset]
 
 
 @cache
@@ -69,3 +89,57 @@ def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
         if isinstance(source, RefSource) and getattr(ref, source.key) is not None:
             return source.load(ref)
     raise ValueError(f"dataset {ref.label}: no source reads it")
+
+
+# The `format:` choices: the registered file formats (to the type checker, a string).
+if TYPE_CHECKING:
+    FormatName = str
+else:
+    FormatName = Literal[format_names()]
+
+
+class DatasetRef(BaseModel):
+    """A file (`path`, with an optional `format`) or a Hugging Face dataset (`hf`, with
+    `split` and the `revision` commit, so a run reads the same rows again), one of them.
+    Unset keys are left out of the spec hash, so a `{path: ...}` spec keeps its hash."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str | None = Field(
+        default=None, description="JSONL, CSV or Parquet file, relative to the spec's folder."
+    )
+    format: FormatName | None = Field(
+        default=None, description="The file's format; by default from its suffix, else JSONL."
+    )
+    hf: str | None = Field(default=None, min_length=1, description="Hugging Face repo id.")
+    config: str | None = Field(default=None, min_length=1)
+    split: str | None = Field(default=None, min_length=1)
+    revision: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{40}$", description="The dataset repo's commit sha."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "DatasetRef":
+        if (self.path is None) == (self.hf is None):
+            raise ValueError("give path (a file) or hf (a Hugging Face dataset), one of them")
+        if self.path is not None:
+            extra = [k for k in ("config", "split", "revision") if getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: only with hf")
+        else:
+            if self.format is not None:
+                raise ValueError("format: only with path")
+            missing = [k for k in ("split", "revision") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(
+                    f"hf needs {' and '.join(missing)} (revision: the commit sha, so a run "
+                    "is reproducible)"
+                )
+        return self
+
+    @property
+    def label(self) -> str:
+        """How the dataset is named in errors, manifests and descriptions."""
+        if self.path is not None:
+            return self.path
+        return f"hf:{self.hf}:{self.config or 'default'}:{self.split}@{self.revision}"

@@ -29,9 +29,8 @@ from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.engine.plan import Batch, RunPlan, batch_samples
 from gradetrail_lib.engine.responses import look_up
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.providers.base import ModelResponse
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 from gradetrail_lib.providers.pricing import PriceList, format_usd, sum_costs
-from gradetrail_lib.providers.request import ModelRequest
 from gradetrail_lib.results.trace import SCHEMA_VERSION, TraceRecord
 from gradetrail_lib.scorers import ScoreInput
 

@@ -16,8 +16,9 @@ from gradetrail_lib.analysis.retrieval import check_sample as check_retrieval_fi
 from gradetrail_lib.datasets.dataset import Dataset, Sample
 from gradetrail_lib.datasets.registry import load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
-from gradetrail_lib.providers.config import ModelConfig
-from gradetrail_lib.providers.request import ModelRequest, RequestBuilder
+from gradetrail_lib.providers.base import ModelRequest
+from gradetrail_lib.providers.registry import ModelConfig
+from gradetrail_lib.providers.request import RequestBuilder
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec.prompts import PromptRenderer
 from gradetrail_lib.spec.spec import LoadedSpec

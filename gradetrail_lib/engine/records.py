@@ -19,9 +19,8 @@ from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.engine.plan import Batch, PlannedSample
 from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.engine.scorer_calls import CallStage
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.pricing import PriceList, load_prices
-from gradetrail_lib.providers.request import ModelRequest
 from gradetrail_lib.results.trace import (
     SCHEMA_VERSION,
     FailureMode,

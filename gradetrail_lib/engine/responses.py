@@ -17,8 +17,7 @@ from gradetrail_lib.cache.base import Cache, Writer
 from gradetrail_lib.engine.plan import Batch
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers import registry as providers
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.request import ModelRequest
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 
 # Reported after each finished request: (done, total).
 Progress = Callable[[int, int], None]

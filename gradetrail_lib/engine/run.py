@@ -34,8 +34,8 @@ from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import UsageError, input_errors, one_or_all
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.pricing import PriceList, load_prices
+from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.results.keyset import AnyOf, KeySet
 from gradetrail_lib.results.runs import RESULTS_FILE
 from gradetrail_lib.results.totals import RunTotals

@@ -25,8 +25,7 @@ from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.cache.base import Cache, Writer
 from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.providers import registry as providers
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.request import Endpoint, ModelRequest
+from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse, ProviderError
 
 Outcome = ModelResponse | ProviderError
 

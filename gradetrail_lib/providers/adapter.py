@@ -15,8 +15,7 @@ from gradetrail_lib._version import __version__
 if TYPE_CHECKING:
     import httpx
 
-    from gradetrail_lib.providers.base import ParsedBody
-    from gradetrail_lib.providers.request import ModelRequest
+    from gradetrail_lib.providers.base import ModelRequest, ParsedBody
 
 USER_AGENT = f"gradetrail/{__version__}"
 

@@ -20,7 +20,7 @@ from gradetrail_lib.providers.registry import Listing
 if TYPE_CHECKING:
     import httpx
 
-    from gradetrail_lib.providers.request import Message, ModelRequest
+    from gradetrail_lib.providers.base import Message, ModelRequest
 
 ANTHROPIC_VERSION = "2023-06-01"
 

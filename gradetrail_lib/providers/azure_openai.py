@@ -18,8 +18,8 @@ from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
 from gradetrail_lib.providers.registry import Provider
 
 if TYPE_CHECKING:
-    from gradetrail_lib.providers.config import ModelConfig
-    from gradetrail_lib.providers.request import Endpoint
+    from gradetrail_lib.providers.base import Endpoint
+    from gradetrail_lib.providers.registry import ModelConfig
 
 DEFAULT_API_VERSION = "2024-10-21"
 

@@ -66,3 +66,37 @@ class ProviderError(Exception):
     def signature(self) -> tuple[int | None, str]:
         """Two errors with equal signatures are "identical" for the abort rule."""
         return (self.status, self.message)
+
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a request goes. Holds the name of the key's environment variable, never a key."""
+
+    provider: str
+    model: str
+    base_url: str
+    api_key_env: str | None
+    # The provider's settings beyond the base URL (`Provider.endpoint_settings`), sorted.
+    settings: tuple[tuple[str, str], ...] = ()
+
+    def setting(self, name: str) -> str:
+        return dict(self.settings)[name]
+
+
+@dataclass
+class ModelRequest:
+    """A request to a model, provider-neutral: its key, where it goes, the messages (see
+    `request` for their shape), the sampling parameters and any tools."""
+
+    key: str
+    endpoint: Endpoint
+    messages: list[Message]
+    params: dict[str, Any]
+    # Provider `scripted` only: the answer it gives.
+    answer: str | None = None
+    # Tool definitions offered ({"name", "description", "parameters"}) and the choice.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | None = None

@@ -17,9 +17,8 @@ import httpx
 
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.adapter import Adapter
-from gradetrail_lib.providers.base import FATAL_STATUSES, ModelResponse, ProviderError
+from gradetrail_lib.providers.base import FATAL_STATUSES, ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.policy import AttemptGate, RetryPolicy, parse_retry_after
-from gradetrail_lib.providers.request import ModelRequest
 
 Sleep = Callable[[float], Awaitable[None]]
 

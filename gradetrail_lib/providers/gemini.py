@@ -33,7 +33,7 @@ from gradetrail_lib.providers.registry import Listing, Provider
 if TYPE_CHECKING:
     import httpx
 
-    from gradetrail_lib.providers.request import Message, ModelRequest
+    from gradetrail_lib.providers.base import Message, ModelRequest
 
 _STOP_REASONS: dict[str, StopReason] = {
     "STOP": "stop",

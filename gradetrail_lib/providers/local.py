@@ -2,8 +2,7 @@
 llama.cpp server that gradetrail starts on a free loopback port (see `local_server`)."""
 
 from gradetrail_lib.providers import local_server, openai_chat
-from gradetrail_lib.providers.config import ModelConfig
-from gradetrail_lib.providers.registry import Provider
+from gradetrail_lib.providers.registry import ModelConfig, Provider
 
 
 def _check(model: ModelConfig) -> None:

@@ -8,7 +8,7 @@ import httpx
 
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.caller import redact
-from gradetrail_lib.providers.config import Watch
+from gradetrail_lib.providers.registry import Watch
 
 
 class ListingError(Exception):

@@ -20,7 +20,7 @@ from gradetrail_lib.providers.registry import Listing
 if TYPE_CHECKING:
     import httpx
 
-    from gradetrail_lib.providers.request import Endpoint, Message, ModelRequest
+    from gradetrail_lib.providers.base import Endpoint, Message, ModelRequest
 
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "stop",

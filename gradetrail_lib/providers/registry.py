@@ -22,15 +22,16 @@ from functools import cache
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
+
+from gradetrail_lib.config import Strict
 
 if TYPE_CHECKING:
     from gradetrail_lib.config import Params
     from gradetrail_lib.datasets.dataset import Sample
     from gradetrail_lib.providers.adapter import Adapter
-    from gradetrail_lib.providers.base import ModelResponse
-    from gradetrail_lib.providers.config import ModelConfig
-    from gradetrail_lib.providers.request import ModelRequest
+    from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 
 PROVIDER_MODULES = (
     "anthropic",
@@ -208,3 +209,46 @@ def answers_in_process(name: str) -> bool:
 def concurrency_limit(name: str) -> int | None:
     provider = providers().get(name)
     return provider.concurrency if provider is not None else None
+
+
+# A provider's name: one of `registry.names()`, checked when a model is loaded.
+ProviderName = str
+
+
+class ModelConfig(Strict):
+    provider: ProviderName
+    name: str = Field(min_length=1)
+    base_url: str | None = None
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the key (never the key)."
+    )
+    # Provider `scripted` only: the answer is this sample field, or this fixed text.
+    answer_field: str | None = None
+    text: str | None = None
+    # Provider `azure_openai` only: the API version (default: its current GA version).
+    api_version: str | None = None
+
+    @field_validator("provider")
+    @classmethod
+    def _known_provider(cls, provider: str) -> str:
+        return checked_name(provider)
+
+    @model_validator(mode="after")
+    def _check_endpoint(self) -> "ModelConfig":
+        get(self.provider).validate(self)
+        return self
+
+
+class Watch(Strict):
+    provider: ProviderName
+    match: str = Field(min_length=1, description="fnmatch pattern over model ids")
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+    @field_validator("provider")
+    @classmethod
+    def _listed_provider(cls, provider: str) -> str:
+        choices = listing_names()
+        if provider not in choices:
+            raise choice_error(choices)
+        return provider

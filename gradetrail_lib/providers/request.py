@@ -33,50 +33,18 @@ its API's shape.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.config import Params
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers import registry
-from gradetrail_lib.providers.config import ModelConfig
+from gradetrail_lib.providers.base import Endpoint, Message, ModelRequest
+from gradetrail_lib.providers.registry import ModelConfig
 
 if TYPE_CHECKING:
     from gradetrail_lib.datasets.dataset import Sample
 
 KEY_VERSION = 1
-
-Message = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a request goes. Holds the name of the key's environment variable, never a key."""
-
-    provider: str
-    model: str
-    base_url: str
-    api_key_env: str | None
-    # The provider's settings beyond the base URL (`Provider.endpoint_settings`), sorted.
-    settings: tuple[tuple[str, str], ...] = ()
-
-    def setting(self, name: str) -> str:
-        return dict(self.settings)[name]
-
-
-# Not frozen, for speed: one per sample, and a frozen dataclass's __init__ costs more.
-@dataclass
-class ModelRequest:
-    key: str
-    endpoint: Endpoint
-    messages: list[Message]
-    params: dict[str, Any]
-    # Provider `scripted` only: the answer it gives.
-    answer: str | None = None
-    # Tool definitions offered ({"name", "description", "parameters"}) and the choice.
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | None = None
-
 
 def request_params(params: Params) -> dict[str, Any]:
     fields = params.model_dump(mode="json", exclude_none=True, exclude={"extra"})

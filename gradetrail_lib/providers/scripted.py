@@ -6,12 +6,11 @@ from typing import TYPE_CHECKING
 
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.providers.config import ModelConfig
-from gradetrail_lib.providers.registry import Provider
+from gradetrail_lib.providers.registry import ModelConfig, Provider
 
 if TYPE_CHECKING:
     from gradetrail_lib.datasets.dataset import Sample
-    from gradetrail_lib.providers.request import ModelRequest
+    from gradetrail_lib.providers.base import ModelRequest
 
 
 def _check(model: ModelConfig) -> None:

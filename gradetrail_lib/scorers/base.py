@@ -12,8 +12,7 @@ from typing import Any, Protocol
 
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.request import Message, ModelRequest
+from gradetrail_lib.providers.base import Message, ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.results.trace import ScoreErrorKind, TraceRecord
 
 CallOutcome = ModelResponse | ProviderError

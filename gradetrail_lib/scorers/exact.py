@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 from gradetrail_lib.datasets.dataset import Sample
-from gradetrail_lib.providers.request import Message
+from gradetrail_lib.providers.base import Message
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,

@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field, JsonValue, field_validator, model_valida
 
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.providers.request import Message
+from gradetrail_lib.providers.base import Message
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,

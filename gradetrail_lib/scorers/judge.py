@@ -17,9 +17,9 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from gradetrail_lib.config import Params, Strict
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.config import ModelConfig
-from gradetrail_lib.providers.request import Message, ModelRequest, RequestBuilder
+from gradetrail_lib.providers.base import Message, ModelRequest, ProviderError
+from gradetrail_lib.providers.registry import ModelConfig
+from gradetrail_lib.providers.request import RequestBuilder
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,

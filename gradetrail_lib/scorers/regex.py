@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from gradetrail_lib.datasets.dataset import Sample
-from gradetrail_lib.providers.request import Message
+from gradetrail_lib.providers.base import Message
 from gradetrail_lib.scorers.base import (
     BaseScorer,
     CallOutcome,

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from gradetrail_lib.datasets.dataset import Sample
-from gradetrail_lib.providers.request import Message
+from gradetrail_lib.providers.base import Message
 from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, field_value
 from gradetrail_lib.scorers.registry import ScorerConfig
 

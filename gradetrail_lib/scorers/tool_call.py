@@ -8,7 +8,7 @@ from typing import Any, Literal
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import canonical_json
-from gradetrail_lib.providers.request import Message
+from gradetrail_lib.providers.base import Message
 from gradetrail_lib.scorers.base import BaseScorer, CallOutcome, Score, ScoreInput, clip
 from gradetrail_lib.scorers.registry import ScorerConfig
 

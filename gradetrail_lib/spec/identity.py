@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
-from gradetrail_lib.providers.config import ModelConfig
+from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.providers.request import key_base_url, request_params
 from gradetrail_lib.scorers.registry import ScorerConfig
 from gradetrail_lib.spec.spec import LoadedSpec, spec_document_fields

@@ -1,7 +1,7 @@
 """A spec's prompt: the first messages of each sample's conversation, rendered."""
 
 from gradetrail_lib.datasets.dataset import Sample
-from gradetrail_lib.providers.request import Message
+from gradetrail_lib.providers.base import Message
 from gradetrail_lib.spec.spec import Spec
 from gradetrail_lib.templating import Template
 

@@ -15,7 +15,7 @@ from pydantic import (
 )
 
 from gradetrail_lib.config import Params, Strict
-from gradetrail_lib.datasets.ref import DatasetRef
+from gradetrail_lib.datasets.registry import DatasetRef
 from gradetrail_lib.errors import (
     InputError,
     Loc,
@@ -25,7 +25,7 @@ from gradetrail_lib.errors import (
     one_or_all,
 )
 from gradetrail_lib.providers import registry as providers
-from gradetrail_lib.providers.config import ModelConfig, ProviderName, Watch
+from gradetrail_lib.providers.registry import ModelConfig, ProviderName, Watch
 from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
 from gradetrail_lib.scorers.registry import config_types
 from gradetrail_lib.spec.tools import ToolConfig

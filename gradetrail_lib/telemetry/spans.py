@@ -38,8 +38,8 @@ from functools import cache
 from typing import TYPE_CHECKING, Protocol
 
 from gradetrail_lib._version import __version__
-from gradetrail_lib.providers.config import ModelConfig
 from gradetrail_lib.providers.pricing import sum_costs
+from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.results.trace import Manifest, ModelCall, TraceRecord
 
 if TYPE_CHECKING:

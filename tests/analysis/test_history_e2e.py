@@ -418,7 +418,7 @@ def test_a_code_first_eval_runs_an_in_memory_spec(tmp_path: Path) -> None:
 
 def test_run_spec_takes_a_folder_and_models_by_provider_and_name(tmp_path: Path) -> None:
     from gradetrail_lib import run_spec
-    from gradetrail_lib.providers.config import ModelConfig
+    from gradetrail_lib.providers.registry import ModelConfig
 
     specs = tmp_path / "specs"
     specs.mkdir()

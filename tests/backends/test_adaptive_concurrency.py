@@ -12,9 +12,8 @@ from gradetrail_lib.backends import build_backend, parse_concurrency
 from gradetrail_lib.backends.adaptive import AIMDLimiter
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.policy import RetryPolicy
-from gradetrail_lib.providers.request import ModelRequest
 from tests.support.fake_llm_server import FakeLLMServer
 from tests.support.requests import addition_requests
 

@@ -11,9 +11,8 @@ import pytest
 
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.errors import RunAborted
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.policy import RetryPolicy
-from gradetrail_lib.providers.request import ModelRequest
 from tests.support.fake_llm_server import FakeLLMServer, Fault
 from tests.support.requests import addition_requests
 

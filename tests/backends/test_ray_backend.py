@@ -33,9 +33,8 @@ from gradetrail_lib.backends.ray_backend import (
     start_local_cluster,
 )
 from gradetrail_lib.errors import RunAborted
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.policy import RetryPolicy
-from gradetrail_lib.providers.request import ModelRequest
 from tests.conftest import run_cli, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, Fault
 from tests.support.proc_sockets import processes_named, tree_sockets

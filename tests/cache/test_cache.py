@@ -10,8 +10,7 @@ import duckdb
 from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.engine.responses import look_up
-from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.providers.request import Endpoint, ModelRequest
+from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse
 from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import write_spec
 from tests.support.plans import whole

@@ -16,8 +16,7 @@ from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
-from gradetrail_lib.providers.base import ModelResponse
-from gradetrail_lib.providers.request import Endpoint, ModelRequest
+from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse
 from gradetrail_lib.results.totals import CallCounter
 from gradetrail_lib.results.trace import ModelCall
 from gradetrail_lib.spec.spec import load_spec

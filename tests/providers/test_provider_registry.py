@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from gradetrail_lib.config import Params
 from gradetrail_lib.providers import registry
-from gradetrail_lib.providers.config import ModelConfig, Watch
 from gradetrail_lib.providers.pricing import load_prices
+from gradetrail_lib.providers.registry import ModelConfig, Watch
 
 
 def test_every_module_registers_one_provider_under_its_own_name() -> None:

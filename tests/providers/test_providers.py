@@ -22,11 +22,10 @@ import gradetrail_lib
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.anthropic_messages import ANTHROPIC_VERSION, seconds_until
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
+from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.caller import call_model
 from gradetrail_lib.providers.openai_chat import parse_openai_duration
 from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy, parse_retry_after
-from gradetrail_lib.providers.request import Endpoint, ModelRequest
 
 OPENAI_KEY = "sk-test-openai-0123456789abcdef"
 ANTHROPIC_KEY = "sk-ant-test-0123456789abcdef"

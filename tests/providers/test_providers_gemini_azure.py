@@ -18,20 +18,19 @@ from gradetrail_lib import run_spec
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json
 from gradetrail_lib.providers import registry
-from gradetrail_lib.providers.base import ModelResponse, ProviderError
-from gradetrail_lib.providers.caller import adapter_for, call_model
-from gradetrail_lib.providers.config import ModelConfig, Watch
-from gradetrail_lib.providers.model_listing import list_models
-from gradetrail_lib.providers.policy import RetryPolicy
-from gradetrail_lib.providers.pricing import load_prices
-from gradetrail_lib.providers.request import (
+from gradetrail_lib.providers.base import (
     Endpoint,
     Message,
     ModelRequest,
-    RequestBuilder,
-    key_base_url,
-    request_key,
+    ModelResponse,
+    ProviderError,
 )
+from gradetrail_lib.providers.caller import adapter_for, call_model
+from gradetrail_lib.providers.model_listing import list_models
+from gradetrail_lib.providers.policy import RetryPolicy
+from gradetrail_lib.providers.pricing import load_prices
+from gradetrail_lib.providers.registry import ModelConfig, Watch
+from gradetrail_lib.providers.request import RequestBuilder, key_base_url, request_key
 from gradetrail_lib.spec.spec import Params, load_spec
 from tests.agents.test_agent import agent, project, records_by_id
 from tests.conftest import run_cli, write_addition_dataset, write_spec

@@ -14,11 +14,10 @@ import pytest
 
 from gradetrail_lib.backends.transport import StreamTransport
 from gradetrail_lib.providers.anthropic_messages import AnthropicMessagesAdapter
-from gradetrail_lib.providers.base import ModelResponse
+from gradetrail_lib.providers.base import Endpoint, Message, ModelRequest, ModelResponse
 from gradetrail_lib.providers.caller import adapter_for, call_model
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter, chat_messages
 from gradetrail_lib.providers.policy import RetryPolicy
-from gradetrail_lib.providers.request import Endpoint, Message, ModelRequest
 from tests.support.agent_scripts import Conversation, conversation, reply, script, tool_call
 from tests.support.fake_llm_server import FakeLLMServer, Fault, default_responder
 

@@ -17,10 +17,9 @@ import pytest
 import gradetrail_lib
 from gradetrail_lib.backends.clients import RequestSender
 from gradetrail_lib.backends.transport import StreamTransport, environment_proxies, proxy_for
-from gradetrail_lib.providers.base import ModelResponse
+from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse
 from gradetrail_lib.providers.caller import call_model
 from gradetrail_lib.providers.policy import RetryPolicy
-from gradetrail_lib.providers.request import Endpoint, ModelRequest
 from tests.support.fake_llm_server import FakeLLMServer
 
 pytestmark = pytest.mark.anyio

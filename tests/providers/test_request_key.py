@@ -8,7 +8,7 @@ import pytest
 
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.hashing import canonical_json, hash_json
-from gradetrail_lib.providers.config import ModelConfig
+from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.providers.request import (
     key_base_url,
     request_key,

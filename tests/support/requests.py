@@ -1,6 +1,6 @@
 """Model requests for the fake server: one per sample "Q: i + 1000", keys unique per tag."""
 
-from gradetrail_lib.providers.request import Endpoint, ModelRequest
+from gradetrail_lib.providers.base import Endpoint, ModelRequest
 
 
 def addition_requests(

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
-from gradetrail_lib.providers.config import ModelConfig  # noqa: E402
+from gradetrail_lib.providers.registry import ModelConfig  # noqa: E402
 from gradetrail_lib.results.trace import CallTotals, ModelCall, ScorerFigures  # noqa: E402
 from gradetrail_lib.telemetry import spans as telemetry  # noqa: E402
 from tests.support.traces import manifest, record  # noqa: E402
@@ -329,7 +329,7 @@ _RUN = textwrap.dedent(
     import os, sys
     from datetime import UTC, datetime
     from gradetrail_lib.telemetry import spans as telemetry
-    from gradetrail_lib.providers.config import ModelConfig
+    from gradetrail_lib.providers.registry import ModelConfig
     from tests.support.traces import manifest, record
 
     spans = telemetry.start_run(
@@ -358,7 +358,7 @@ def test_a_host_applications_provider_gets_the_spans() -> None:
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
         from gradetrail_lib.telemetry import spans as telemetry
-        from gradetrail_lib.providers.config import ModelConfig
+        from gradetrail_lib.providers.registry import ModelConfig
         from tests.support.traces import manifest, record
 
         exporter = InMemorySpanExporter()
