@@ -39,7 +39,9 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
     assert diff is not None and ci is not None  # a comparison has n >= 1
     drop = -diff
     cases = f" of {c.cases} cases (repeats; the interval resamples cases)" if c.clustered else ""
-    regressed = drop > threshold and ci.high < 0
+    # The comparison's verdict: the interval excludes zero (for pass/fail scores, and the
+    # exact McNemar test rejects too).
+    regressed = drop > threshold and c.verdict == "A"
     facts = (
         f"the candidate's mean score is {c.mean_b:.4f} against the baseline's {c.mean_a:.4f} "
         f"on {c.n} paired samples{cases}, a difference of {diff:+.4f} with a "
@@ -55,6 +57,12 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
             f"the candidate is not worse by more than the allowed {threshold:g}"
             if drop > 0
             else "the candidate is not worse than the baseline"
+        )
+    elif ci.high < 0:
+        why = (
+            f"the drop of {drop:.4f} exceeds the allowed {threshold:g} and the interval "
+            f"excludes zero, but the exact McNemar test does not reject (p = "
+            f"{c.mcnemar_p:.4g}), so the samples do not show it is real"
         )
     else:
         why = (

@@ -2,9 +2,18 @@
 
 Pairs are joined on (sample id, repeat). Each pair contributes a binary outcome per
 side (pass = scored and score >= threshold) to an exact McNemar test, and a score
-difference B - A (an unscored sample scores 0, as it fails the pass rate) to a paired
-bootstrap interval on the mean difference. The verdict follows the interval: the side
-it favours when it excludes zero, else "no winner".
+difference B - A (an unscored sample scores 0, as it fails the pass rate) to an interval
+on the mean difference. The verdict follows the interval: the side it favours when it
+excludes zero, else "no winner".
+
+Pass/fail scores (every score 0 or 1) without repeats take Newcombe's hybrid score
+interval for a difference of paired proportions (Newcombe 1998, "Improved confidence
+intervals for the difference between binomial proportions based on paired data",
+Statistics in Medicine 17, method 10), whose coverage is known where the bootstrap's is
+not (with few discordant pairs the bootstrap named a winner twice as often as its level
+allows). Even it can exclude zero where the exact McNemar test does not reject, so for
+these scores a winner is named only when both agree, and a one-line note says when they
+do not. Other scores keep the paired bootstrap.
 
 With repeats (a case with more than one pair) the paired bootstrap and the pass-rate
 intervals resample cases, each case's pairs together (`stats.clusters`): the repeats of
@@ -12,6 +21,7 @@ a case are correlated, so resampling pairs would be too sure. McNemar still coun
 (case, repeat) pairs, which treats the repeats as independent; a note says so.
 """
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,7 +32,12 @@ from gradetrail_lib.analysis.stats.clusters import (
     group_by,
     is_clustered,
 )
-from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, Estimate
+from gradetrail_lib.analysis.stats.intervals import (
+    BootstrapSettings,
+    Estimate,
+    Interval,
+    wilson_bounds,
+)
 from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.results.sheet import ScoreSheet
@@ -95,6 +110,42 @@ class PairedComparison:
             "unscored_policy": "unscored samples count as failures with score 0",
             "notes": list(self.notes),
         }
+
+
+NEWCOMBE = "newcombe-paired"
+
+
+def newcombe_paired_interval(
+    both_pass: int, a_only: int, b_only: int, both_fail: int, confidence: float
+) -> Interval:
+    """Newcombe's hybrid score interval (his method 10) for p_B - p_A of paired pass/fail
+    outcomes: the Wilson intervals of the two pass rates, combined with the correlation
+    of the pairs (phi, corrected towards zero as Newcombe does when it is positive)."""
+    n = both_pass + a_only + b_only + both_fail
+    p_a, p_b = (both_pass + a_only) / n, (both_pass + b_only) / n
+    low_a, high_a = wilson_bounds(both_pass + a_only, n, confidence)
+    low_b, high_b = wilson_bounds(both_pass + b_only, n, confidence)
+    # Rows: B passes or fails; columns: A passes or fails.
+    cross = both_pass * both_fail - b_only * a_only
+    margins = (
+        (both_pass + b_only) * (a_only + both_fail) * (both_pass + a_only) * (b_only + both_fail)
+    )
+    phi = 0.0
+    if margins > 0:
+        phi = (max(cross - n / 2, 0.0) if cross > 0 else cross) / math.sqrt(margins)
+    difference = p_b - p_a
+    below = math.sqrt(
+        max((p_b - low_b) ** 2 - 2 * phi * (p_b - low_b) * (high_a - p_a) + (high_a - p_a) ** 2, 0)
+    )
+    above = math.sqrt(
+        max((high_b - p_b) ** 2 - 2 * phi * (high_b - p_b) * (p_a - low_a) + (p_a - low_a) ** 2, 0)
+    )
+    return Interval(
+        low=max(difference - below, -1.0),
+        high=min(difference + above, 1.0),
+        confidence=confidence,
+        method=NEWCOMBE,
+    )
 
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
@@ -185,19 +236,36 @@ def compare(
     values_b = [0.0 if s != s else s for s in scores_b]
     # One group per case (a single pair each without repeats: the unclustered figures).
     cases = group_by(range(n), lambda i: sheet_a.ids[i])
-    difference = cluster_mean_estimate(
-        [[values_b[i] - values_a[i] for i in case] for case in cases],
-        confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
-    )  # fmt: skip
-    assert difference.interval is not None  # n >= 1 was checked by pair_up
-    if difference.interval.low > 0:
-        verdict: Verdict = "B"
-    elif difference.interval.high < 0:
-        verdict = "A"
-    else:
-        verdict = "no winner"
     p = mcnemar_exact(a_only, b_only)
-    all_notes = list(notes) + _agreement_note(verdict, p, confidence)
+    binary = not is_clustered(cases) and all(v in (0.0, 1.0) for v in (*values_a, *values_b))
+    if binary:
+        difference = Estimate(
+            value=(b_only - a_only) / n,
+            n=n,
+            interval=newcombe_paired_interval(
+                both_pass, a_only, b_only, n - both_pass - a_only - b_only, confidence
+            ),
+        )
+    else:
+        difference = cluster_mean_estimate(
+            [[values_b[i] - values_a[i] for i in case] for case in cases],
+            confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
+        )  # fmt: skip
+    assert difference.interval is not None  # n >= 1 was checked by pair_up
+    favoured: Verdict = "no winner"
+    if difference.interval.low > 0:
+        favoured = "B"
+    elif difference.interval.high < 0:
+        favoured = "A"
+    alpha = 1 - confidence
+    if binary:
+        # Pass/fail: the interval and the exact test must agree to name a winner.
+        verdict: Verdict = favoured if p < alpha else "no winner"
+        agreement = _binary_agreement_note(favoured, p, alpha)
+    else:
+        verdict = favoured
+        agreement = _agreement_note(verdict, p, confidence)
+    all_notes = list(notes) + agreement
     if is_clustered(cases):
         all_notes.append(
             f"{n} pairs of {len(cases)} cases (repeats): the intervals resample cases; "
@@ -233,6 +301,21 @@ def compare(
         notes=tuple(all_notes),
         cases=len(cases),
     )
+
+
+def _binary_agreement_note(favoured: Verdict, p: float, alpha: float) -> list[str]:
+    """For pass/fail scores a winner needs both the interval and the exact test."""
+    if favoured != "no winner" and p >= alpha:
+        return [
+            f"the {NEWCOMBE} interval excludes zero but the exact McNemar test does not "
+            f"reject (p = {p:.4g} >= {alpha:.4g}), so no winner is named"
+        ]
+    if favoured == "no winner" and p < alpha:
+        return [
+            f"the exact McNemar test rejects (p = {p:.4g}) but the {NEWCOMBE} interval "
+            "contains zero, so no winner is named"
+        ]
+    return []
 
 
 def _agreement_note(verdict: Verdict, p: float, confidence: float) -> list[str]:
