@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gradetrail_lib._version import __version__
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import httpx
 
-    from gradetrail_lib.providers.base import ModelRequest, ParsedBody
+    from gradetrail_lib.providers.base import Message, ModelRequest, ParsedBody
 
 USER_AGENT = f"gradetrail/{__version__}"
 
@@ -69,3 +71,32 @@ class Adapter(Protocol):
     def reset_after_s(self, headers: httpx.Headers) -> float | None:
         """Seconds until the provider's rate-limit window resets, from its own headers."""
         ...
+
+
+def split_turns(
+    messages: list[Message],
+    *,
+    tool_result: Callable[[Message], dict[str, Any]],
+    results_turn: Callable[[list[dict[str, Any]]], dict[str, Any]],
+    turn: Callable[[Message], dict[str, Any]],
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The system texts, and the other messages as an API's turns: each by `turn`, except
+    that a run of tool results (each by `tool_result`) is one user turn (`results_turn`),
+    since APIs that take tool results as user content want a call's results together."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] | None = None  # the results of the run of tools going on
+    for message in messages:
+        role = message["role"]
+        if role == "tool":
+            if results is None:
+                results = []
+                turns.append(results_turn(results))
+            results.append(tool_result(message))
+            continue
+        results = None
+        if role == "system":
+            system.append(message["content"])
+        else:
+            turns.append(turn(message))
+    return system, turns

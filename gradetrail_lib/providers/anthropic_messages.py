@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gradetrail_lib.providers.adapter import json_post
+from gradetrail_lib.providers.adapter import json_post, split_turns
 from gradetrail_lib.providers.base import ParsedBody, StopReason
 from gradetrail_lib.providers.registry import Listing
 
@@ -60,35 +60,31 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
 
 def split_messages(messages: list[Message]) -> tuple[list[str], list[Message]]:
     """The system texts, and the other messages in the Messages API's shape."""
-    system: list[str] = []
-    out: list[Message] = []
-    results: list[dict[str, Any]] | None = None  # the tool_result blocks of a run of tools
-    for message in messages:
-        role = message["role"]
-        if role == "tool":
-            block = {
-                "type": "tool_result",
-                "tool_use_id": message["tool_call_id"],
-                "content": message["content"],
-            }
-            if message.get("is_error"):
-                block["is_error"] = True
-            if results is None:
-                results = [block]
-                out.append({"role": "user", "content": results})
-            else:
-                results.append(block)
-            continue
-        results = None
-        if role == "system":
-            system.append(message["content"])
-        elif role == "assistant" and message.get("tool_calls"):
-            out.append({"role": "assistant", "content": _assistant_blocks(message)})
-        elif "tool_calls" in message:  # an empty list: the key is not the API's
-            out.append({k: v for k, v in message.items() if k != "tool_calls"})
-        else:
-            out.append(message)
-    return system, out
+    return split_turns(
+        messages,
+        tool_result=_tool_result_block,
+        results_turn=lambda blocks: {"role": "user", "content": blocks},
+        turn=_turn,
+    )
+
+
+def _tool_result_block(message: Message) -> dict[str, Any]:
+    block = {
+        "type": "tool_result",
+        "tool_use_id": message["tool_call_id"],
+        "content": message["content"],
+    }
+    if message.get("is_error"):
+        block["is_error"] = True
+    return block
+
+
+def _turn(message: Message) -> Message:
+    if message["role"] == "assistant" and message.get("tool_calls"):
+        return {"role": "assistant", "content": _assistant_blocks(message)}
+    if "tool_calls" in message:  # an empty list: the key is not the API's
+        return {k: v for k, v in message.items() if k != "tool_calls"}
+    return message
 
 
 def anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from gradetrail_lib.providers.adapter import json_post
+from gradetrail_lib.providers.adapter import json_post, split_turns
 from gradetrail_lib.providers.base import ParsedBody, StopReason
 from gradetrail_lib.providers.registry import Listing, Provider
 
@@ -78,33 +78,28 @@ def _assistant_parts(message: Message) -> list[dict[str, Any]]:
 
 def gemini_contents(messages: list[Message]) -> tuple[list[str], list[dict[str, Any]]]:
     """The system texts, and the other messages as Gemini `contents`."""
-    system: list[str] = []
-    contents: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] | None = None  # the functionResponse parts of a run of tools
-    for message in messages:
-        role = message["role"]
-        if role == "tool":
-            outcome = "error" if message.get("is_error") else "output"
-            part = {
-                "functionResponse": {
-                    "name": message.get("name", ""),
-                    "response": {outcome: message["content"]},
-                }
-            }
-            if results is None:
-                results = [part]
-                contents.append({"role": "user", "parts": results})
-            else:
-                results.append(part)
-            continue
-        results = None
-        if role == "system":
-            system.append(message["content"])
-        elif role == "assistant":
-            contents.append({"role": "model", "parts": _assistant_parts(message)})
-        else:
-            contents.append({"role": "user", "parts": [{"text": message["content"]}]})
-    return system, contents
+    return split_turns(
+        messages,
+        tool_result=_function_response,
+        results_turn=lambda parts: {"role": "user", "parts": parts},
+        turn=_content,
+    )
+
+
+def _function_response(message: Message) -> dict[str, Any]:
+    outcome = "error" if message.get("is_error") else "output"
+    return {
+        "functionResponse": {
+            "name": message.get("name", ""),
+            "response": {outcome: message["content"]},
+        }
+    }
+
+
+def _content(message: Message) -> dict[str, Any]:
+    if message["role"] == "assistant":
+        return {"role": "model", "parts": _assistant_parts(message)}
+    return {"role": "user", "parts": [{"text": message["content"]}]}
 
 
 def _has_parameters(schema: Any) -> bool:
