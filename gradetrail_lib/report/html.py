@@ -359,7 +359,7 @@ def build_views(
         records = iter(run)  # streamed: the totals and the failures' views are kept
         position = 0
         while batch := list(islice(records, READ_BATCH)):
-            totals.add_batch(batch)
+            totals.add_all(batch)
             # Failing the primary scorer, or with any scorer's error (a judge that could
             # not grade, a Python scorer that raised), or an agent stopped early: all need
             # a reader's eyes.

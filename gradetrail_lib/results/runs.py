@@ -60,16 +60,15 @@ class Run:
     def totals(self, batch_records: int | None = None) -> RunTotals:
         """What the summary and the statistics need of its records, gathered as they are
         read (a run directory holds them in plan order, each case's together): a few
-        bytes a record, not the records. `batch_records`: the records of one of the
-        run's batches (`pipeline.batch_samples(repeats)` x repeats), counted batch by batch as
-        the run counted them, so that only a batch's sent keys are held."""
+        bytes a record, not the records. `batch_records`: read that many records at a time
+        (the totals are the same however the records are split)."""
         if self.loaded is not None:
             return RunTotals.of(self.loaded, self.manifest.scorer_names)
         totals = RunTotals(self.manifest.scorer_names)
         records = iter(self)
         while True:
             counted = totals.samples
-            totals.add_batch(islice(records, batch_records))
+            totals.add_all(islice(records, batch_records))
             if batch_records is None or totals.samples == counted:
                 return totals
 

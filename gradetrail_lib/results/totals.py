@@ -166,11 +166,6 @@ class RunTotals:
         totals.add_all(listed)
         return totals
 
-    def add_batch(self, records: Iterable[TraceRecord]) -> None:
-        """Records read a batch at a time (as `add_all`: a key's calls are told apart
-        across batches, so where a batch ends does not matter)."""
-        self.add_all(records)
-
     @property
     def sent(self) -> AnyOf:
         """The keys the records so far were sent for (target and judges): a later batch
