@@ -277,10 +277,17 @@ def test_faithfulness_intervals() -> None:
     # All supported: the Wilson bound with the records as n (not the citations).
     every = faithfulness_interval([(3, 3), (2, 2)])
     assert every.high == 1.0 and every.low == pytest.approx(proportion_interval(2, 2).low)
-    # Several citations per record: a bootstrap over records, deterministic.
+    # Several citations per record: records are the clusters; six records, about 3.5
+    # of them away from full support, are too few for a bootstrap: the score interval
+    # over the records (`cluster_mean_interval`, `score_method`'s "sparse").
     pairs = [(1, 4), (2, 2), (0, 3), (3, 3), (1, 2), (2, 3)]
-    first, again = faithfulness_interval(pairs), faithfulness_interval(pairs)
-    assert first == again and first.method == "bootstrap-percentile-records"
+    first = faithfulness_interval(pairs)
+    assert first.method == "cluster-wilson-sparse"
+    assert 0.0 <= first.low < 9 / 17 < first.high <= 1.0
+    # 40 records: a bootstrap of the ratio over records, deterministic.
+    many = pairs * 7
+    first, again = faithfulness_interval(many), faithfulness_interval(many)
+    assert first == again and first.method == "cluster-bootstrap-bca"
     assert 0.0 <= first.low < 9 / 17 < first.high <= 1.0
     with pytest.raises(ValueError):
         faithfulness_interval([])
