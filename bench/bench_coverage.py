@@ -17,16 +17,20 @@ import argparse
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gradetrail_lib.analysis.retrieval import faithfulness_interval
 from gradetrail_lib.analysis.stats.clusters import cluster_proportion
-from gradetrail_lib.analysis.stats.intervals import Interval, mean_interval, wilson_bounds
+from gradetrail_lib.analysis.stats.intervals import (
+    BootstrapSettings,
+    Interval,
+    mean_interval,
+    wilson_bounds,
+)
 from gradetrail_lib.analysis.stats.repeats import pass_at_k, pass_hat_k
-from gradetrail_lib.analysis.stats.run_stats import describe  # noqa: F401  (see docs)
 
 CONFIDENCE = 0.95
 # The issue's range for a 95 % interval: not below 93 % (undercover) nor above 98 %
@@ -45,16 +49,18 @@ class Outcome:
     warned: int = 0
 
 
+Simulate = Callable[[int, np.random.Generator, BootstrapSettings], Outcome]
+
+
 @dataclass(frozen=True)
 class Cell:
     name: str
-    # simulate(runs, rng) -> Outcome
-    simulate: Callable[[int, np.random.Generator], Outcome]
+    # simulate(runs, rng, settings) -> Outcome; `settings` for every bootstrap it takes.
+    simulate: Simulate
     nominal: tuple[float, float] = NOMINAL
     # Why a cell's range is not NOMINAL (documented in docs/statistics.md).
     note: str = ""
     seed: int = 0
-    tags: tuple[str, ...] = field(default_factory=tuple)
 
 
 def _outcome(intervals: list[Interval], truth: float) -> Outcome:
@@ -67,10 +73,10 @@ def _outcome(intervals: list[Interval], truth: float) -> Outcome:
     )
 
 
-def wilson_exact(n: int, p: float) -> Callable[[int, np.random.Generator], Outcome]:
+def wilson_exact(n: int, p: float) -> Simulate:
     """Exact coverage of the Wilson interval of k/n when k ~ Binomial(n, p)."""
 
-    def simulate(runs: int, rng: np.random.Generator) -> Outcome:
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
         from scipy.stats import binom
 
         pmf = binom.pmf(np.arange(n + 1), n, p)
@@ -90,17 +96,15 @@ def _case_rates(rng: np.random.Generator, runs: int, cases: int, mean: float, ic
     return rng.beta(mean * total, (1 - mean) * total, size=(runs, cases))
 
 
-def clustered_rate(
-    cases: int, repeats: int, mean: float, icc: float
-) -> Callable[[int, np.random.Generator], Outcome]:
+def clustered_rate(cases: int, repeats: int, mean: float, icc: float) -> Simulate:
     """The pass rate of a run with repeats (cluster_proportion, as the run summary)."""
 
-    def simulate(runs: int, rng: np.random.Generator) -> Outcome:
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
         passes = rng.binomial(repeats, _case_rates(rng, runs, cases, mean, icc))
         intervals = []
         for row in passes:
             groups = [[True] * int(c) + [False] * (repeats - int(c)) for c in row]
-            estimate = cluster_proportion(groups, CONFIDENCE)
+            estimate = cluster_proportion(groups, CONFIDENCE, settings=settings)
             assert estimate.interval is not None
             intervals.append(estimate.interval)
         return _outcome(intervals, mean)
@@ -108,9 +112,7 @@ def clustered_rate(
     return simulate
 
 
-def at_k(
-    cases: int, trials: int, k: int, mean: float, icc: float, *, every: bool
-) -> Callable[[int, np.random.Generator], Outcome]:
+def at_k(cases: int, trials: int, k: int, mean: float, icc: float, *, every: bool) -> Simulate:
     """pass^k (`every`) or pass@k over cases with `trials` repeats each (repeat_stats'
     interval: `mean_interval` of the per-case unbiased estimates). The truth is the
     population's E[p^k] or E[1 - (1-p)^k] for the Beta case rates, by its moments."""
@@ -121,11 +123,14 @@ def at_k(
     miss = math.prod((b + j) / (a + b + j) for j in range(k))
     truth = hat if every else 1 - miss
 
-    def simulate(runs: int, rng: np.random.Generator) -> Outcome:
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
         passes = rng.binomial(trials, _case_rates(rng, runs, cases, mean, icc))
         estimator = pass_hat_k if every else pass_at_k
         table = [estimator(trials, c, k) for c in range(trials + 1)]
-        intervals = [mean_interval([table[int(c)] for c in row], CONFIDENCE) for row in passes]
+        intervals = [
+            mean_interval([table[int(c)] for c in row], CONFIDENCE, settings=settings)
+            for row in passes
+        ]
         return _outcome(intervals, truth)
 
     return simulate
@@ -133,12 +138,14 @@ def at_k(
 
 def score_mean(
     n: int, draw: Callable[[np.random.Generator, tuple[int, int]], Any], truth: float
-) -> Callable[[int, np.random.Generator], Outcome]:
+) -> Simulate:
     """The mean score of n samples (mean_estimate, as the run summary), values in [0, 1]."""
 
-    def simulate(runs: int, rng: np.random.Generator) -> Outcome:
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
         values = draw(rng, (runs, n))
-        return _outcome([mean_interval(row.tolist(), CONFIDENCE) for row in values], truth)
+        return _outcome(
+            [mean_interval(row.tolist(), CONFIDENCE, settings=settings) for row in values], truth
+        )
 
     return simulate
 
@@ -166,17 +173,20 @@ def heavy(rng: np.random.Generator, size: tuple[int, int]) -> Any:
 HEAVY_MEAN = 0.08191048965381982
 
 
-def faithfulness(
-    records: int, mean: float, icc: float
-) -> Callable[[int, np.random.Generator], Outcome]:
+def faithfulness(records: int, mean: float, icc: float) -> Simulate:
     """Citation faithfulness over `records` answers of 1-5 citations each, citations of
     one answer correlated (faithfulness_interval, as the retrieval summary)."""
 
-    def simulate(runs: int, rng: np.random.Generator) -> Outcome:
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
         cited = rng.integers(1, 6, size=(runs, records))
         supported = rng.binomial(cited, _case_rates(rng, runs, records, mean, icc))
         intervals = [
-            faithfulness_interval(list(zip(s.tolist(), c.tolist(), strict=True)), CONFIDENCE)
+            faithfulness_interval(
+                list(zip(s.tolist(), c.tolist(), strict=True)),
+                CONFIDENCE,
+                n_resamples=settings.n_resamples,
+                seed=settings.seed,
+            )
             for s, c in zip(supported, cited, strict=True)
         ]
         return _outcome(intervals, mean)
@@ -186,7 +196,7 @@ def faithfulness(
 
 CELLS: list[Cell] = [
     *(
-        Cell(name=f"pass rate, wilson, n={n}, p={p}", simulate=wilson_exact(n, p), tags=("exact",))
+        Cell(name=f"pass rate, wilson, n={n}, p={p}", simulate=wilson_exact(n, p))
         for n in (10, 30, 100, 500)
         for p in (0.5, 0.8)
     ),
@@ -270,8 +280,10 @@ CELLS: list[Cell] = [
 ]
 
 
-def run_cell(cell: Cell, runs: int) -> Outcome:
-    return cell.simulate(runs, np.random.default_rng(cell.seed))
+def run_cell(cell: Cell, runs: int, settings: BootstrapSettings | None = None) -> Outcome:
+    """`cell` over `runs` data sets from its fixed seed; bootstraps with `settings`
+    (default: gradetrail's, 9,999 resamples)."""
+    return cell.simulate(runs, np.random.default_rng(cell.seed), settings or BootstrapSettings())
 
 
 def main() -> None:

@@ -58,7 +58,10 @@ class Interval:
         return self.low <= x <= self.high
 
     def format(self, digits: int = 3) -> str:
-        return f"[{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        """`[0.412, 0.588]`, and ` (warning: ...)` after it when there is one, so that
+        every place printing the interval prints its warning."""
+        warning = f" (warning: {self.warning})" if self.warning else ""
+        return f"[{self.low:.{digits}f}, {self.high:.{digits}f}]{warning}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,10 +103,7 @@ class Estimate:
     def format(self, digits: int = 3) -> str:
         if self.value is None or self.interval is None:
             return f"n/a ({self.n_text})"
-        return (
-            f"{self.value:.{digits}f} {self.interval.format(digits)} "
-            f"({self.n_text}{self.warning_text})"
-        )
+        return f"{self.value:.{digits}f} {self.interval.format(digits)} ({self.n_text})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -262,6 +262,26 @@ def score_method(values: Sequence[float], bounds: tuple[float, float] = (0.0, 1.
     if n < SMALL_N or signal < NEFF_SIGNAL:
         return SPARSE if too_skewed(values, None, bounds) else NEFF
     return BOOTSTRAP
+
+
+# Below either, a paired bootstrap of graded differences is not known to cover.
+PAIRED_MIN_PAIRS = 30
+PAIRED_MIN_SIGNAL = 10
+
+
+def paired_warning(differences: Sequence[float]) -> str | None:
+    """The warning for a paired difference of graded (not 0/1) scores: fewer than 30
+    pairs (cases, with repeats) or fewer than 10 effective differences (`signal_count`
+    from zero: 3 for three equal non-zero differences among zeros)."""
+    n = len(differences)
+    squares = math.fsum(d * d for d in differences)
+    effective = math.fsum(abs(d) for d in differences) ** 2 / squares if squares else 0.0
+    if n >= PAIRED_MIN_PAIRS and effective >= PAIRED_MIN_SIGNAL:
+        return None
+    return (
+        f"{effective:.1f} effective differences over {n} pairs: a paired bootstrap of "
+        "graded scores is not known to cover with fewer than 10 or under 30 pairs"
+    )
 
 
 def _moments(

@@ -23,7 +23,7 @@ a case are correlated, so resampling pairs would be too sure. McNemar still coun
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from gradetrail_lib.analysis.stats.clusters import (
@@ -36,6 +36,7 @@ from gradetrail_lib.analysis.stats.intervals import (
     BootstrapSettings,
     Estimate,
     Interval,
+    paired_warning,
     wilson_bounds,
 )
 from gradetrail_lib.errors import NotComparable
@@ -247,10 +248,15 @@ def compare(
             ),
         )
     else:
+        per_case = [[values_b[i] - values_a[i] for i in case] for case in cases]
         difference = cluster_mean_estimate(
-            [[values_b[i] - values_a[i] for i in case] for case in cases],
-            confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
+            per_case, confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
+            choose=False,
         )  # fmt: skip
+        assert difference.interval is not None
+        # Few pairs or few non-zero differences: no method here is known to cover.
+        warning = paired_warning([math.fsum(d) / len(d) for d in per_case])
+        difference = replace(difference, interval=replace(difference.interval, warning=warning))
     assert difference.interval is not None  # n >= 1 was checked by pair_up
     favoured: Verdict = "no winner"
     if difference.interval.low > 0:
