@@ -63,6 +63,7 @@ def _pair(pairing: Pairing) -> dict[str, Any]:
         "difference": result.difference.value,
         "low": interval.low if interval else None,
         "high": interval.high if interval else None,
+        "warning": result.difference.warning,
         "mcnemar_p": result.mcnemar_p,
         "verdict": result.verdict,
         "winner": pairing.winner,
@@ -102,7 +103,8 @@ def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
         f"| {p['a']} vs {p['b']} | refused: {p['refused']} | | |"
         if "refused" in p
         else f"| {p['a']} vs {p['b']} | {_fmt(p['difference'])} "
-        f"({_fmt(p['low'])}–{_fmt(p['high'])}, n={p['n']}) | {p['mcnemar_p']:.4g} "
+        f"({_fmt(p['low'])}–{_fmt(p['high'])}, n={p['n']}"
+        f"{'; warning: ' + p['warning'] if p.get('warning') else ''}) | {p['mcnemar_p']:.4g} "
         f"| {p['winner'] or 'no winner'} |"
         for p in board["pairs"]
     ]

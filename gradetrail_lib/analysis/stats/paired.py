@@ -13,7 +13,9 @@ Statistics in Medicine 17, method 10), whose coverage is known where the bootstr
 not (with few discordant pairs the bootstrap named a winner twice as often as its level
 allows). Even it can exclude zero where the exact McNemar test does not reject, so for
 these scores a winner is named only when both agree, and a one-line note says when they
-do not. Other scores keep the paired bootstrap.
+do not. Other scores keep the paired bootstrap (not `score_method`'s choice, which is for
+a mean of values in a score range), and carry a warning with fewer than 30 pairs (cases,
+with repeats) or 10 effective differences, where it is not known to cover.
 
 With repeats (a case with more than one pair) the paired bootstrap and the pass-rate
 intervals resample cases, each case's pairs together (`stats.clusters`): the repeats of
