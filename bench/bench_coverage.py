@@ -305,7 +305,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3000)
     parser.add_argument("--only", default="", help="cells whose name contains this")
     args = parser.parse_args()
-    print("| cell | coverage | runs | method | warned |\n|---|---|---|---|---|")
+    print("| cell | coverage | runs | method | warned | note |\n|---|---|---|---|---|---|")
     for cell in CELLS:
         if args.only not in cell.name:
             continue
@@ -314,9 +314,10 @@ def main() -> None:
         lo, hi = cell.nominal
         flag = "" if lo <= out.coverage <= hi else " **outside**"
         runs = "exact" if out.runs is None else str(out.runs)
+        note = cell.note + (f" (range {lo:.0%}-{hi:.0%})" if cell.nominal != NOMINAL else "")
         print(
             f"| {cell.name} | {out.coverage:.1%}{flag} | {runs} | {', '.join(out.methods)} "
-            f"| {out.warned} |  <!-- {time.perf_counter() - started:.1f}s -->",
+            f"| {out.warned} | {note} |  <!-- {time.perf_counter() - started:.1f}s -->",
             flush=True,
         )
 

@@ -405,8 +405,8 @@ def skew_warning(
 ) -> str | None:
     """The one-line warning for a bootstrap or an effective-n interval where no method
     is known to cover (bench/bench_coverage.py): below n = 100, values `too_skewed`
-    (heavy-tailed); below n = 30, skewness above 1.5 (skewed scores there cover 94-97 %,
-    heavy-tailed ones 86-91 %, and a sample of so few cannot tell the two apart)."""
+    (heavy-tailed); below n = 30, skewness above 1.5 (skewed scores there cover 95 %,
+    heavy-tailed ones 89.5-94 %, and a sample of so few cannot tell the two apart)."""
     n = len(values)
     if n >= SKEW_MAX_N or n < 3:
         return None
