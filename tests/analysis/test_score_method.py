@@ -8,6 +8,7 @@ import pytest
 from scipy.stats import norm, t
 
 from gradetrail_lib.analysis.stats.clusters import cluster_mean_estimate, cluster_mean_interval
+from gradetrail_lib.analysis.stats.gate import gate
 from gradetrail_lib.analysis.stats.intervals import (
     Estimate,
     Interval,
@@ -18,8 +19,10 @@ from gradetrail_lib.analysis.stats.intervals import (
     score_method,
     signal_count,
 )
+from gradetrail_lib.analysis.stats.paired import compare
 from gradetrail_lib.analysis.stats.repeats import pass_hat_k
 from gradetrail_lib.analysis.stats.run_stats import describe
+from tests.support.traces import SCORER, record
 
 GRADED = [0.1, 0.4, 0.35, 0.8, 0.9, 0.55, 0.6, 0.2, 0.75, 0.5, 0.45, 0.65]
 
@@ -125,3 +128,26 @@ def test_an_estimate_without_warning_prints_as_before() -> None:
     assert est.format() == "0.500 [0.200, 0.800] (n=10)"
     assert describe(est) == "5/10 = 0.5000 (95% CI 0.2000-0.8000, wilson, n=10)"
     assert est.to_json()["warning"] is None
+
+
+def test_a_paired_difference_of_few_graded_scores_warns_in_compare_and_gate() -> None:
+    a = [record(f"s{i}", v) for i, v in enumerate(GRADED)]
+    b = [record(f"s{i}", min(1.0, v + (0.2 if i < 3 else 0.0))) for i, v in enumerate(GRADED)]
+    result = compare(a, b, SCORER)
+    warning = result.difference.warning
+    # 12 pairs, 3 of them differing: both reasons hold; the paired bootstrap is kept.
+    assert warning == (
+        "3.0 effective differences over 12 pairs: a paired bootstrap of graded scores is "
+        "not known to cover with fewer than 10 or under 30 pairs"
+    )
+    assert result.difference.interval is not None
+    assert result.difference.interval.method.startswith("bootstrap-")
+    assert result.to_json()["difference_b_minus_a"]["warning"] == warning
+    assert f"(warning: {warning})" in gate(result).explanation
+    # 40 pairs with 20 differing, not all alike: no warning.
+    many_a = [record(f"s{i}", v) for i, v in enumerate(GRADED * 3 + GRADED[:4])]
+    many_b = [
+        record(f"s{i}", min(1.0, v + (0.1 + 0.01 * i if i % 2 else 0.0)))
+        for i, v in enumerate(GRADED * 3 + GRADED[:4])
+    ]
+    assert compare(many_a, many_b, SCORER).difference.warning is None
