@@ -10,10 +10,12 @@ from gradetrail_lib.analysis.stats.intervals import (
     BootstrapSettings,
     Estimate,
     Interval,
+    effective_interval,
     mean_estimate,
     mean_interval,
     proportion,
     proportion_interval,
+    score_method,
 )
 from gradetrail_lib.analysis.stats.paired import (
     PairedComparison,
@@ -58,6 +60,7 @@ __all__ = [
     "check_comparable",
     "compare",
     "describe",
+    "effective_interval",
     "gate",
     "mcnemar_exact",
     "mean_estimate",
@@ -69,4 +72,5 @@ __all__ = [
     "proportion_interval",
     "repeat_stats",
     "run_stats",
+    "score_method",
 ]
