@@ -39,8 +39,8 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
     assert diff is not None and ci is not None  # a comparison has n >= 1
     drop = -diff
     cases = f" of {c.cases} cases (repeats; the interval resamples cases)" if c.clustered else ""
-    # The comparison's verdict: the interval excludes zero (for pass/fail scores, and the
-    # exact McNemar test rejects too).
+    # The comparison's verdict (`paired.paired_verdict`): the interval excludes zero and,
+    # for pass/fail scores or with repeats, the paired test rejects too.
     regressed = drop > threshold and c.verdict == "A"
     facts = (
         f"the candidate's mean score is {c.mean_b:.4f} against the baseline's {c.mean_a:.4f} "
@@ -61,8 +61,8 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
     elif ci.high < 0:
         why = (
             f"the drop of {drop:.4f} exceeds the allowed {threshold:g} and the interval "
-            f"excludes zero, but the exact McNemar test does not reject (p = "
-            f"{c.mcnemar_p:.4g}), so the samples do not show it is real"
+            f"excludes zero, but the {c.test_label()} does not reject (p = "
+            f"{c.p_value:.4g}), so the samples do not show it is real"
         )
     else:
         why = (
@@ -71,7 +71,8 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
         )
     counts = (
         f"Pass/fail: both pass {c.both_pass}, both fail {c.both_fail}, baseline only "
-        f"{c.a_only}, candidate only {c.b_only}; exact McNemar p = {c.mcnemar_p:.4g}."
+        f"{c.a_only}, candidate only {c.b_only}; {c.test_label()} ({c.test}) "
+        f"p = {c.p_value:.4g}."
     )
     unscored = (
         f" Unscored samples (counted as failures): baseline {c.unscored_a}, "
