@@ -123,9 +123,10 @@ def proportion_interval(
     return Interval(float(ci.low), float(ci.high), confidence, method)
 
 
-def wilson_bounds(k: int, n: int, confidence: float) -> tuple[float, float]:
+def wilson_bounds(k: float, n: float, confidence: float) -> tuple[float, float]:
     """The Wilson score interval exactly as scipy's `_binom_wilson_conf_int` computes it
-    (two-sided, no continuity correction; Newcombe 1998), ends at 0/n and n/n exact."""
+    (two-sided, no continuity correction; Newcombe 1998), ends at 0/n and n/n exact.
+    k and n need not be whole: an effective n (`analysis.retrieval`) is not."""
     z = NormalDist().inv_cdf(0.5 + 0.5 * confidence)
     p = k / n
     denom = 2 * (n + z**2)
