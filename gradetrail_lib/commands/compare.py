@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.analysis.stats import check_comparable, compare
+from gradetrail_lib.analysis.stats.paired import MCNEMAR
 from gradetrail_lib.commands.options import add_stats_options
 from gradetrail_lib.commands.pairing import ScorerPair, dataset_differs, pick, scorer_pairs
 from gradetrail_lib.errors import NotComparable
@@ -179,23 +180,31 @@ def format_comparison(c: "PairedComparison") -> str:
         f"({level} paired {ci.method}, {c.difference.n_text})",
         f"  Pass/fail pairs: both pass {c.both_pass}, both fail {c.both_fail}, "
         f"A only {c.a_only}, B only {c.b_only}",
-        _test_line(c),
+        *_test_lines(c),
         f"  Verdict: {c.verdict}" + _verdict_reason(c),
     ]
     lines += [f"  Note: {n}" for n in c.notes]
     return "\n".join(lines)
 
 
-def _test_line(c: "PairedComparison") -> str:
+def _test_lines(c: "PairedComparison") -> list[str]:
+    """McNemar's p where it is computed (no repeats), the paired test's where that is
+    another test (the sign-flip test over cases or pairs)."""
+    lines = []
     if c.mcnemar_p is not None:
-        return f"  Exact McNemar p: {c.mcnemar_p:.4g} ({c.a_only + c.b_only} discordant pairs)"
-    return f"  Paired test ({c.test}, {c.cases} cases as units): p = {c.p_value:.4g}"
+        lines.append(
+            f"  Exact McNemar p: {c.mcnemar_p:.4g} ({c.a_only + c.b_only} discordant pairs)"
+        )
+    if c.mcnemar_p is None or c.test != MCNEMAR:
+        units = f"{c.cases} cases" if c.clustered else f"{c.n} pairs"
+        lines.append(f"  Paired test ({c.test}, {units} as units): p = {c.p_value:.4g}")
+    return lines
 
 
 def _verdict_reason(c: "PairedComparison") -> str:
     if c.verdict != "no winner":
         return f" ({c.winner_label()} is better)"
     ci = c.difference.interval
-    if c.test_decides and ci is not None and (ci.low > 0 or ci.high < 0):
+    if ci is not None and (ci.low > 0 or ci.high < 0):
         return f" (the {c.test_label()} does not reject)"
     return " (the interval on the difference contains zero)"
