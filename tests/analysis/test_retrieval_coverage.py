@@ -7,7 +7,12 @@ as independent records covers far less."""
 import numpy as np
 import pytest
 
-from gradetrail_lib.analysis.retrieval import faithfulness_interval, retrieval_figures
+from gradetrail_lib.analysis.retrieval import (
+    DEFAULT_CITATION_PATTERN,
+    faithfulness_interval,
+    format_figures,
+    retrieval_figures,
+)
 from gradetrail_lib.analysis.stats.clusters import cluster_mean_estimate
 from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, mean_interval
 from tests.analysis.test_retrieval import rag
@@ -42,6 +47,8 @@ def test_retrieval_figures_with_repeats_group_records_by_sample_id() -> None:
     # unsupported).
     assert figures.faithfulness.clusters == 3 and figures.with_citations == 6
     assert figures.faithfulness.interval == faithfulness_interval([(2, 4), (1, 3), (0, 2)])
+    text = format_figures("run", figures, DEFAULT_CITATION_PATTERN)
+    assert "(n=6, 3 cases)" in text and "citations in 6 records of 3 cases:" in text
     # Without repeats nothing is clustered: the figures are the records' own.
     single = retrieval_figures([r for r in records if r.repeat == 0], 1)
     assert single.precision.clusters is None and single.faithfulness.clusters is None
