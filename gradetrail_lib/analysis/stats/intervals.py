@@ -167,10 +167,13 @@ def mean_interval(
         )
     if bounds == (0.0, 1.0) and all(v in (0.0, 1.0) for v in values):
         return proportion_interval(sum(1 for v in values if v == 1.0), n, confidence, method)
-    return bootstrap_interval((values,), _mean, confidence, bounds, settings or BootstrapSettings())
+    return bootstrap_interval(
+        (values,), mean_of, confidence, bounds, settings or BootstrapSettings()
+    )
 
 
-def _mean(data: Any, axis: int = -1) -> Any:
+def mean_of(data: Any, axis: int = -1) -> Any:
+    """The mean along `axis`: the vectorized statistic scipy's resampling calls."""
     import numpy as np
 
     return np.mean(data, axis=axis)

@@ -42,6 +42,7 @@ from gradetrail_lib.analysis.stats.intervals import (
     BootstrapSettings,
     Estimate,
     Interval,
+    mean_of,
     wilson_bounds,
 )
 from gradetrail_lib.errors import NotComparable
@@ -207,7 +208,7 @@ def sign_flip_test(
     if len(nonzero) <= SIGN_FLIP_EXACT_MAX:
         # n_resamples of at least 2^n makes scipy enumerate every sign pattern.
         result = permutation_test(
-            (data,), _mean, permutation_type="samples", vectorized=True,
+            (data,), mean_of, permutation_type="samples", vectorized=True,
             n_resamples=2 ** len(nonzero), alternative="two-sided",
         )  # fmt: skip
     else:
@@ -221,16 +222,10 @@ def sign_flip_test(
             return rng.choice([-1.0, 1.0], size=size) * magnitudes
 
         result = monte_carlo_test(
-            data, flipped, _mean, vectorized=True, n_resamples=settings.n_resamples,
+            data, flipped, mean_of, vectorized=True, n_resamples=settings.n_resamples,
             alternative="two-sided", axis=-1,
         )  # fmt: skip
     return min(1.0, float(result.pvalue))
-
-
-def _mean(x: Any, axis: int = -1) -> Any:
-    import numpy as np
-
-    return np.mean(x, axis=axis)
 
 
 def paired_verdict(interval: Interval, p: float | None, alpha: float) -> Verdict:
