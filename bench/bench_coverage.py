@@ -193,8 +193,7 @@ def faithfulness(records: int, mean: float, icc: float) -> Simulate:
             faithfulness_interval(
                 list(zip(s.tolist(), c.tolist(), strict=True)),
                 CONFIDENCE,
-                n_resamples=settings.n_resamples,
-                seed=settings.seed,
+                settings=settings,
             )
             for s, c in zip(supported, cited, strict=True)
         ]

@@ -64,7 +64,8 @@ def _pair(pairing: Pairing) -> dict[str, Any]:
         "low": interval.low if interval else None,
         "high": interval.high if interval else None,
         "warning": result.difference.warning,
-        "mcnemar_p": result.mcnemar_p,
+        "paired_test": result.test,
+        "paired_p": result.p_value,
         "verdict": result.verdict,
         "winner": pairing.winner,
     }
@@ -104,14 +105,15 @@ def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
         if "refused" in p
         else f"| {p['a']} vs {p['b']} | {_fmt(p['difference'])} "
         f"({_fmt(p['low'])}–{_fmt(p['high'])}, n={p['n']}"
-        f"{'; warning: ' + p['warning'] if p.get('warning') else ''}) | {p['mcnemar_p']:.4g} "
+        f"{'; warning: ' + p['warning'] if p.get('warning') else ''}) "
+        f"| {p['paired_p']:.4g} ({p['paired_test']}) "
         f"| {p['winner'] or 'no winner'} |"
         for p in board["pairs"]
     ]
     if verdicts:
         table += (
             f"\n\nPaired on {primary}:\n\n"
-            "| pair (A vs B) | difference B−A | McNemar p | winner |\n|---|---|---|---|\n"
+            "| pair (A vs B) | difference B−A | paired test p | winner |\n|---|---|---|---|\n"
             + "\n".join(verdicts)
         )
     return {

@@ -27,12 +27,14 @@ result may carry documents (`[{id, text}]`, `ToolResult.documents`).
 * **Citation faithfulness** = supported citations / citations, over every record that
   cites anything, with n the number of citations.
 
-Intervals: precision, recall and RR per record are values in [0, 1], so their means get
-`stats.intervals.mean_estimate` (Wilson where the values are 0/1, a bootstrap otherwise).
-Citations in one answer are not independent, so faithfulness takes each record's
-citations as a cluster (`stats.clusters`: an interval over records, not citations), or
-the Wilson interval over records when each cites one document. Records are the units:
-repeats of a case count as records.
+Intervals: the units resampled are cases (sample ids), as for the pass rate. Without
+repeats a case is one record; with repeats a case's records are correlated (a case whose
+retriever misses misses on every repeat), and treating them as independent covered 69 %
+in our simulation. Precision, recall and RR per record are values in [0, 1], so their
+means get `stats.clusters.cluster_mean_estimate` (without repeats `mean_estimate`).
+Citations in one answer, or in the repeats of one case, are not independent, so
+faithfulness takes each case's citations as one cluster (`stats.clusters`: an interval
+over cases, never over citations).
 """
 
 import re
@@ -46,7 +48,7 @@ from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOL
 from gradetrail_lib.results.trace import Retrieval, TraceRecord
 
 if TYPE_CHECKING:  # the stats package is imported when figures are computed, not before
-    from gradetrail_lib.analysis.stats.intervals import Estimate, Interval
+    from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, Estimate, Interval
 
 RELEVANT_FIELD = "relevant_context_ids"
 SUPPORT_FIELD = "citation_support"
@@ -282,14 +284,17 @@ def retrieval_figures(
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> RetrievalFigures:
     """The figures of a stream of records (read once)."""
-    from gradetrail_lib.analysis.stats.intervals import Estimate, mean_estimate
+    from gradetrail_lib.analysis.stats.clusters import cluster_mean_estimate
+    from gradetrail_lib.analysis.stats.intervals import Estimate
 
     pattern = pattern or citation_pattern(DEFAULT_CITATION_PATTERN)
     count = with_documents = short = 0
-    precision: list[float] = []
-    recall: list[float] = []
-    ranks: list[float] = []
-    cited: list[tuple[int, int]] = []  # per citing record: (supported, cited)
+    # Per case (sample id; its repeats together): the ranking figures of its records.
+    precision: dict[str, list[float]] = {}
+    recall: dict[str, list[float]] = {}
+    ranks: dict[str, list[float]] = {}
+    cited: dict[str, tuple[int, int]] = {}  # per citing case: (supported, cited)
+    citing = 0
     verdicts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
     for record in records:
         count += 1
@@ -299,66 +304,72 @@ def retrieval_figures(
         with_documents += figures.retrieved > 0
         if figures.precision is not None:
             assert figures.recall is not None and figures.reciprocal_rank is not None
-            precision.append(figures.precision)
-            recall.append(figures.recall)
-            ranks.append(figures.reciprocal_rank)
+            precision.setdefault(record.id, []).append(figures.precision)
+            recall.setdefault(record.id, []).append(figures.recall)
+            ranks.setdefault(record.id, []).append(figures.reciprocal_rank)
             short += figures.retrieved < k
         if figures.citations:
+            citing += 1
             for verdict in figures.citations.values():
                 verdicts[verdict] += 1
             supported = sum(1 for v in figures.citations.values() if v == "supported")
-            cited.append((supported, len(figures.citations)))
-    supported_total = sum(s for s, _ in cited)
-    cited_total = sum(c for _, c in cited)
+            before = cited.get(record.id, (0, 0))
+            cited[record.id] = (before[0] + supported, before[1] + len(figures.citations))
+    supported_total = sum(s for s, _ in cited.values())
+    cited_total = sum(c for _, c in cited.values())
+    # A case cited in more than one record (repeats): the interval's units are cases.
+    clusters = len(cited) if citing > len(cited) else None
     faithfulness = (
         Estimate(
             supported_total / cited_total,
             cited_total,
-            faithfulness_interval(cited, confidence),
+            faithfulness_interval(list(cited.values()), confidence),
             supported_total,
+            clusters=clusters,
         )
         if cited
         else Estimate(None, 0, None, 0)
     )
+
+    def mean(per_case: dict[str, list[float]]) -> Estimate:
+        return cluster_mean_estimate(list(per_case.values()), confidence)
+
     return RetrievalFigures(
         k=k,
         records=count,
-        with_relevant=len(precision),
+        with_relevant=sum(len(v) for v in precision.values()),
         with_documents=with_documents,
-        with_citations=len(cited),
+        with_citations=citing,
         short_of_k=short,
-        precision=mean_estimate(precision, confidence),
-        recall=mean_estimate(recall, confidence),
-        mrr=mean_estimate(ranks, confidence),
+        precision=mean(precision),
+        recall=mean(recall),
+        mrr=mean(ranks),
         faithfulness=faithfulness,
         verdicts=verdicts,
     )
 
 
 def faithfulness_interval(
-    per_record: Sequence[tuple[int, int]],
+    per_case: Sequence[tuple[int, int]],
     confidence: float = DEFAULT_CONFIDENCE,
     *,
-    n_resamples: int = 9999,
-    seed: int = 0,
+    settings: "BootstrapSettings | None" = None,
 ) -> "Interval":
-    """The interval of sum(supported) / sum(cited) over records, resampling records.
+    """The interval of sum(supported) / sum(cited) over cases (a case: a record, or with
+    repeats all of a sample's records), the cases the units.
 
-    A record's citations are one cluster of 0/1 outcomes, so this is
-    `stats.clusters.cluster_mean_interval` with records as the clusters: Wilson over
-    records for one citation each, the bound when every share is equal, the score
-    interval at the effective n where records are few or their shares sparse, else a
-    bootstrap of the ratio (a percentile bootstrap of it covered 90-92 % at 30-100
-    records: docs/statistics.md)."""
+    A case's citations are one cluster of 0/1 outcomes, so this is
+    `stats.clusters.cluster_mean_interval` with cases as the clusters: Wilson over cases
+    for one citation each, the bound when every share is equal, the score interval at
+    the Korn-Graubard effective n where cases are few or their shares sparse, else a
+    bootstrap of the ratio (a percentile bootstrap over 30 records covered 90-92.5 %:
+    docs/statistics.md)."""
     from gradetrail_lib.analysis.stats.clusters import cluster_mean_interval
-    from gradetrail_lib.analysis.stats.intervals import BootstrapSettings
 
-    if not per_record or any(c < 1 or not 0 <= s <= c for s, c in per_record):
-        raise ValueError("need records with 0 <= supported <= cited and cited >= 1")
-    groups = [[1.0] * s + [0.0] * (c - s) for s, c in per_record]
-    return cluster_mean_interval(
-        groups, confidence, settings=BootstrapSettings(n_resamples=n_resamples, seed=seed)
-    )
+    if not per_case or any(c < 1 or not 0 <= s <= c for s, c in per_case):
+        raise ValueError("need cases with 0 <= supported <= cited and cited >= 1")
+    groups = [[1.0] * s + [0.0] * (c - s) for s, c in per_case]
+    return cluster_mean_interval(groups, confidence, settings=settings)
 
 
 _WIDTH = len("citation faithfulness  ")
@@ -396,9 +407,10 @@ def _faithfulness_text(figures: RetrievalFigures) -> str:
     if estimate.value is None or estimate.interval is None:
         return "n/a (no answer cites a document)"
     counts = figures.verdicts
+    cases = f" of {estimate.clusters} cases" if estimate.clusters is not None else ""
     return (
         f"{estimate.value:.3f} {estimate.interval.format()} "
-        f"(n={estimate.n} citations in {_records(figures.with_citations)}: "
+        f"(n={estimate.n} citations in {_records(figures.with_citations)}{cases}: "
         f"{counts['supported']} supported, {counts['unsupported']} judged unsupported, "
         f"{counts['no_verdict']} without a verdict, {counts['not_retrieved']} not retrieved)"
     )

@@ -10,8 +10,8 @@ def board(warning: str | None) -> dict[str, object]:
     model = {"model": "m", "passed": 6, "n": 12, "pass_rate": 0.5, "pass_low": 0.25,
              "pass_high": 0.75, "others": {}}  # fmt: skip
     pair = {"a": "m", "b": "n", "scorer": "s", "n": 12, "difference": 0.05, "low": -0.1,
-            "high": 0.2, "warning": warning, "mcnemar_p": 1.0, "verdict": "no winner",
-            "winner": None}  # fmt: skip
+            "high": 0.2, "warning": warning, "paired_test": "sign-flip", "paired_p": 1.0,
+            "verdict": "no winner", "winner": None}  # fmt: skip
     return {"primary": "s", "scorers": ["s"], "models": [model], "pairs": [pair]}
 
 
