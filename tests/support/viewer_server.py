@@ -8,10 +8,12 @@ from gradetrail_lib.viewer.app import bind, create_app, server
 
 
 class Background:
-    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, root: Path, host: str = "127.0.0.1", port: int = 0, *, labels: bool = False
+    ) -> None:
         self.sock = bind(host, port)
         self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        self.server = server(create_app(root))
+        self.server = server(create_app(root, labels=labels, labeller="tester"))
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
