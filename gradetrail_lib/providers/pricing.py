@@ -237,8 +237,12 @@ def usage_cost(
         if batch:
             sync = cost(batch=False, caching=True)
             batch_saved = None if sync is None else sync - usd
-        uncached = cost(batch=batch, caching=False)
-        cache_saved = None if uncached is None else uncached - usd
+        cache_saved = 0.0
+        # Most calls touch no prompt cache: no second pricing (a warm run prices each
+        # sample's call).
+        if cached_input_tokens or cache_write_input_tokens or cache_write_1h_input_tokens:
+            uncached = cost(batch=batch, caching=False)
+            cache_saved = None if uncached is None else uncached - usd
     return CallCost(
         usd=usd,
         batch_saved_usd=batch_saved,

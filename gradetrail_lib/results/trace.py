@@ -84,6 +84,21 @@ class ModelCall:
     text: str | None = None
     # Why the call finally failed (then there is no usage).
     error: str | None = None
+    # What the invoice counts beyond plain tokens (defaults: records from before step 11
+    # read). `batch`: answered by a provider's batch API. Of `input_tokens`: read from the
+    # provider's prompt cache, and written to it (5-minute and 1-hour writes); of
+    # `output_tokens`: reasoning or thinking tokens (billed as output).
+    batch: bool = False
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    cache_write_1h_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    # Of the price list's cost: what batch and prompt caching saved on this call (None: no
+    # price). A cache write costs more than plain input, so `cache_saved_usd` may be < 0.
+    batch_saved_usd: float | None = 0.0
+    cache_saved_usd: float | None = 0.0
+    # Anthropic's extended thinking text (never part of the answer, `text` or `response`).
+    thinking: str | None = None
 
 
 @with_config(_FORBID)
@@ -261,6 +276,16 @@ class CallTotals(_Model):
     # Records answered by a call this run sent for another record (no second call). A
     # default, so that manifests from before it read.
     shared: int = 0
+    # Step 11 (defaults: older manifests read). Tokens, like input_tokens, over every
+    # answered record: read from and written to the providers' prompt caches, spent
+    # reasoning (part of output_tokens). `batch_calls`: this run's calls answered by a
+    # batch; the savings are on this run's own calls, as cost_paid_usd (None: no price).
+    batch_calls: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    batch_saved_usd: float | None = 0.0
+    cache_saved_usd: float | None = 0.0
 
     @property
     def reused_usd(self) -> float | None:
