@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
-from gradetrail_lib.providers.registry import Provider
+from gradetrail_lib.providers.registry import Provider, RefusedParam
 
 if TYPE_CHECKING:
     from gradetrail_lib.providers.base import Endpoint
@@ -61,4 +61,9 @@ PROVIDER = Provider(
     settings=("api_version",),
     check=_check,
     endpoint_settings=_settings,
+    refused_params=(
+        RefusedParam(
+            "thinking", "Azure OpenAI's Chat Completions API (use reasoning_effort)", "Azure OpenAI"
+        ),
+    ),
 )

@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from gradetrail_lib.providers.adapter import json_post, split_turns
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.providers.registry import Listing, Provider
+from gradetrail_lib.providers.registry import Listing, Provider, RefusedParam
 
 if TYPE_CHECKING:
     import httpx
@@ -257,5 +257,9 @@ PROVIDER = Provider(
         path="/v1beta/models",
         query={"pageSize": "1000"},
         next_query=_next_page,
+    ),
+    refused_params=(
+        RefusedParam("thinking", "the Gemini API", "Gemini"),
+        RefusedParam("reasoning_effort", "the Gemini API", "Gemini"),
     ),
 )

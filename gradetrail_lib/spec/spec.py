@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from gradetrail_lib.config import Params, Strict
+from gradetrail_lib.config import UNKEYED_PARAMS, Params, Strict
 from gradetrail_lib.datasets.registry import DatasetRef
 from gradetrail_lib.errors import (
     InputError,
@@ -277,6 +277,11 @@ def _refuse_self_judging(spec: Spec, doc: YamlDocument, path: Path) -> None:
 def spec_document_fields(spec: Spec) -> dict[str, Any]:
     """The spec as canonical data (aliases used), the input of the spec hash. `model:` and
     `scorer:` are folded into `models` and `scorers`, so a shorthand hashes as its list."""
-    return spec.model_dump(
+    fields = spec.model_dump(
         mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer"}
     )
+    # The prompt-cache marker changes no answer (`config.UNKEYED_PARAMS`): runs that differ
+    # only in it are the same run.
+    for name in UNKEYED_PARAMS:
+        fields.get("params", {}).pop(name, None)
+    return fields
