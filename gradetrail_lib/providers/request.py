@@ -10,16 +10,17 @@ The request key is the sha256 (hex) of the canonical JSON (see `hashing`) of::
      "params": {"max_tokens": 64, "temperature": 0.0, ...}}
 
 `params` holds only the sampling parameters that are set (None left out) with the
-provider-specific `extra` fields merged in. The prompt-cache marker (`params.cache`) is not
-one of them: it changes what a call is billed, never its answer, so two specs that differ
-only in `cache` share their cache entries (it travels apart:
+provider-specific `extra` fields merged in. The prompt-cache marker (`params.cache`) is
+not one of them: it changes what a call is billed, never its answer, so two specs that
+differ only in `cache` share their cache entries (it travels apart:
 `ModelRequest.prompt_cache`). `base_url` is the model's, or its provider's default, unless
 the provider says otherwise (`Provider.key_base_url`): for provider `local` the base URL
-would be a random loopback port, so it is replaced by the identity of the weights (package version and file name). For an in-process provider (`scripted`,
-answering from a sample field or a fixed text) `base_url` is null and the answer enters
-`params` as `scripted_answer`, since it is what the "model" says. The scorer is never
-part of the key: re-scoring is free. A judge's requests are keyed the same way, with the
-judge's model and rendered prompt.
+would be a random loopback port, so it is replaced by the identity of the weights (package
+version and file name). For an in-process provider (`scripted`, answering from a sample
+field or a fixed text) `base_url` is null and the answer enters `params` as
+`scripted_answer`, since it is what the "model" says. The scorer is never part of the key:
+re-scoring is free. A judge's requests are keyed the same way, with the judge's model and
+rendered prompt.
 
 Three fields join the key only when they are set, so that every other key stays as it
 was: `"tools"` (the tool definitions, with `"tool_choice"`) for a tool-using request,
