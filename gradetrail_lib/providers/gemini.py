@@ -205,6 +205,9 @@ class GeminiAdapter:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             tool_calls=calls,
+            # Parts of the counts above: thinking (billed as output) and implicit caching.
+            reasoning_tokens=usage.get("thoughtsTokenCount") or 0,
+            cached_input_tokens=usage.get("cachedContentTokenCount") or 0,
         )
 
     def reset_after_s(self, headers: httpx.Headers) -> float | None:
