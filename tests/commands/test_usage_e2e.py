@@ -139,3 +139,16 @@ def test_openai_reasoning_and_automatic_cache_through_the_cli(
     assert manifest(second)["target"]["reasoning_tokens"] == reasoning
     assert manifest(second)["target"]["cost_usd"] == pytest.approx(cost)
     assert f"({reasoning} reasoning)" in again
+
+
+def test_a_model_that_spends_max_tokens_reasoning_is_truncated(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    url = f"{server.base_url}/v1"
+    limit = REASONING_TOKENS["high"] - 1  # reasoning alone goes past the limit
+    path = spec(tmp_path, url, "openai", "o3", f"max_tokens: {limit}, reasoning_effort: high")
+    _, run_dir = run(tmp_path, path)
+    for record in records(run_dir):
+        assert (record["response"], record["stop_reason"]) == ("", "max_tokens")
+        assert record["failure_mode"] == "truncated"
+        assert record["calls"][0]["reasoning_tokens"] == limit
