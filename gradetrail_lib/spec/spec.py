@@ -163,6 +163,12 @@ class Spec(Strict):
             refused = providers.get(name).refused(params)
             if refused is not None:
                 raise ValueError(refused.spec_message())
+        if params.thinking is not None and info.data.get("tools"):
+            # Anthropic wants each tool-using step's thinking blocks sent back with the
+            # next request, and an agent's messages do not keep them.
+            raise ValueError(
+                "thinking with tools is not supported (an agent's steps would lose it)"
+            )
         return params
 
     def model_named(self, name: str) -> ModelConfig:

@@ -265,6 +265,15 @@ def test_bad_reasoning_and_cache_params_name_file_line_and_field(
     assert error.line is not None and error.line >= 7  # the params block's lines
 
 
+def test_thinking_with_tools_is_refused_at_its_line(tmp_path: Path) -> None:
+    thinking = "  max_tokens: 2048\n  thinking: {type: enabled, budget_tokens: 1024}"
+    path = spec_file(tmp_path, thinking)
+    path.write_text(path.read_text() + "tools:\n  - name: search\n")
+    with pytest.raises(InputError, match="thinking with tools is not supported") as raised:
+        load_spec(path)
+    assert raised.value.field is not None and raised.value.field.startswith("params")
+
+
 def test_pricing_a_parsed_response_uses_its_usage() -> None:
     from gradetrail_lib.providers.pricing import call_cost, load_prices
 
