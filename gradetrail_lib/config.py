@@ -69,6 +69,11 @@ class Params(Strict):
                 f"thinking.budget_tokens ({self.thinking.budget_tokens}) must be less than "
                 f"max_tokens ({self.max_tokens}): the budget is part of max_tokens"
             )
+        # Anthropic refuses a changed temperature, and top_p under 0.95, with thinking on.
+        if self.thinking is not None and self.temperature not in (None, 1):
+            raise ValueError("with thinking, leave temperature unset (Anthropic refuses it)")
+        if self.thinking is not None and self.top_p is not None and self.top_p < 0.95:
+            raise ValueError("with thinking, top_p must be at least 0.95 (Anthropic refuses less)")
         return self
 
     @field_validator("extra")

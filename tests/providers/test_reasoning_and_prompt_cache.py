@@ -250,6 +250,10 @@ def test_two_specs_differing_only_in_cache_share_keys_and_identity(tmp_path: Pat
         ("  max_tokens: 4096\n  thinking: {type: enabled, budget_tokens: 1024}", "openai",
          "params", "thinking is not a parameter of OpenAI"),
         ("  cache: {prefix: true, ttl: 2h}", "anthropic", "params.cache.ttl", "5m"),
+        ("  max_tokens: 4096\n  temperature: 0\n  thinking: {type: enabled, budget_tokens: 1024}",
+         "anthropic", "params", "with thinking, leave temperature unset"),
+        ("  max_tokens: 4096\n  top_p: 0.5\n  thinking: {type: enabled, budget_tokens: 1024}",
+         "anthropic", "params", "top_p must be at least 0.95"),
     ],
 )  # fmt: skip
 def test_bad_reasoning_and_cache_params_name_file_line_and_field(
