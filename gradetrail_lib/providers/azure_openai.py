@@ -56,14 +56,14 @@ PROVIDER = Provider(
     adapter=AzureOpenAIAdapter(),
     key_env="AZURE_OPENAI_API_KEY",
     key_required=True,
-    base_url_required=True,
-    base_url_hint="the resource's endpoint, e.g. https://NAME.openai.azure.com",
-    settings=("api_version",),
-    check=_check,
-    endpoint_settings=_settings,
     refused_params=(
         RefusedParam(
             "thinking", "Azure OpenAI's Chat Completions API (use reasoning_effort)", "Azure OpenAI"
         ),
     ),
+    base_url_required=True,
+    base_url_hint="the resource's endpoint, e.g. https://NAME.openai.azure.com",
+    settings=("api_version",),
+    check=_check,
+    endpoint_settings=_settings,
 )

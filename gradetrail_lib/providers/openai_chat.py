@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.providers.registry import Listing
+from gradetrail_lib.providers.registry import Listing, RefusedParam
 
 if TYPE_CHECKING:
     import httpx
@@ -40,6 +40,12 @@ _COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
 
 def wants_max_completion_tokens(model: str) -> bool:
     return _COMPLETION_TOKENS_MODELS.match(model) is not None
+
+
+# OpenAI's API has no extended thinking (its reasoning models take reasoning_effort).
+REFUSED_PARAMS = (
+    RefusedParam("thinking", "OpenAI's Chat Completions API (use reasoning_effort)", "OpenAI"),
+)
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
