@@ -191,23 +191,24 @@ def reprice(
                 billed.cache_hits += call.cache_hit
                 billed.input_tokens += call.input_tokens or 0
                 billed.output_tokens += call.output_tokens or 0
-                billed.batch_calls += call.batch
-                billed.cached_input_tokens += call.cached_input_tokens
+                usage = call.usage_or_default
+                billed.batch_calls += usage.batch
+                billed.cached_input_tokens += usage.cached_input_tokens
                 billed.cache_write_input_tokens += (
-                    call.cache_write_input_tokens + call.cache_write_1h_input_tokens
+                    usage.cache_write_input_tokens + usage.cache_write_1h_input_tokens
                 )
-                billed.reasoning_tokens += call.reasoning_tokens
+                billed.reasoning_tokens += usage.reasoning_tokens
                 priced = usage_cost(
                     prices,
                     call.provider,
                     call.model,
                     input_tokens=call.input_tokens,
                     output_tokens=call.output_tokens,
-                    batch=call.batch,
-                    cached_input_tokens=call.cached_input_tokens,
-                    cache_write_input_tokens=call.cache_write_input_tokens,
-                    cache_write_1h_input_tokens=call.cache_write_1h_input_tokens,
-                    reasoning_tokens=call.reasoning_tokens,
+                    batch=usage.batch,
+                    cached_input_tokens=usage.cached_input_tokens,
+                    cache_write_input_tokens=usage.cache_write_input_tokens,
+                    cache_write_1h_input_tokens=usage.cache_write_1h_input_tokens,
+                    reasoning_tokens=usage.reasoning_tokens,
                 )
                 cost = priced.usd
                 if cost is not None:

@@ -233,9 +233,15 @@ def usage_cost(
         cache_write_input_tokens=cache_write_input_tokens,
         cache_write_1h_input_tokens=cache_write_1h_input_tokens,
     )
-    batch_saved = cache_saved = None
-    if usd is not None:
-        batch_saved = cache_saved = 0.0
+    # Nothing to save (no batch, no prompt cache) saves $0 whatever the price; otherwise
+    # the saving is unknown with the cost.
+    batch_saved: float | None = 0.0
+    cache_saved: float | None = 0.0
+    caching = cached_input_tokens or cache_write_input_tokens or cache_write_1h_input_tokens
+    if usd is None:
+        batch_saved = None if batch else 0.0
+        cache_saved = None if caching else 0.0
+    else:
         if batch:
             sync = prices.cost(
                 provider,
@@ -248,7 +254,7 @@ def usage_cost(
             )
             batch_saved = None if sync is None else sync - usd
         # Most calls touch no prompt cache: no second pricing.
-        if cached_input_tokens or cache_write_input_tokens or cache_write_1h_input_tokens:
+        if caching:
             uncached = prices.cost(provider, model, input_tokens, output_tokens, batch=batch)
             cache_saved = None if uncached is None else uncached - usd
     return CallCost(

@@ -88,18 +88,22 @@ class CallCounter:
             return
         self.input_tokens += call.input_tokens or 0
         self.output_tokens += call.output_tokens or 0
-        self.cached_input_tokens += call.cached_input_tokens
-        self.cache_write_input_tokens += (
-            call.cache_write_input_tokens + call.cache_write_1h_input_tokens
-        )
-        self.reasoning_tokens += call.reasoning_tokens
         cost = call.cost_usd
         self.cost = _plus(self.cost, cost)
         if first:
             self.paid = _plus(self.paid, cost)
-            self.batch_calls += call.batch
-            self.batch_saved = _plus(self.batch_saved, call.batch_saved_usd)
-            self.cache_saved = _plus(self.cache_saved, call.cache_saved_usd)
+        usage = call.usage
+        if usage is None:  # most calls: nothing but plain tokens
+            return
+        self.cached_input_tokens += usage.cached_input_tokens
+        self.cache_write_input_tokens += (
+            usage.cache_write_input_tokens + usage.cache_write_1h_input_tokens
+        )
+        self.reasoning_tokens += usage.reasoning_tokens
+        if first:
+            self.batch_calls += usage.batch
+            self.batch_saved = _plus(self.batch_saved, usage.batch_saved_usd)
+            self.cache_saved = _plus(self.cache_saved, usage.cache_saved_usd)
 
     @property
     def local(self) -> bool:

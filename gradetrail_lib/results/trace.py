@@ -84,21 +84,38 @@ class ModelCall:
     text: str | None = None
     # Why the call finally failed (then there is no usage).
     error: str | None = None
-    # What the invoice counts beyond plain tokens (defaults: records from before step 11
-    # read). `batch`: answered by a provider's batch API. Of `input_tokens`: read from the
-    # provider's prompt cache, and written to it (5-minute and 1-hour writes); of
-    # `output_tokens`: reasoning or thinking tokens (billed as output).
+    # What the invoice counts beyond plain tokens, and the thinking text; None when every
+    # field of it is at its default (most calls: a record stays as small and as fast to
+    # read as before, and records from before step 11 read).
+    usage: "CallUsage | None" = None
+
+    @property
+    def usage_or_default(self) -> "CallUsage":
+        return self.usage if self.usage is not None else NO_USAGE
+
+
+@with_config(_FORBID)
+@dataclass(kw_only=True)
+class CallUsage:
+    """A call's usage beyond its plain token counts (`ModelCall.usage`)."""
+
+    # Answered by a provider's batch API.
     batch: bool = False
+    # Of `input_tokens`: read from the provider's prompt cache, and written to it (5-minute
+    # and 1-hour writes); of `output_tokens`: reasoning or thinking (billed as output).
     cached_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     cache_write_1h_input_tokens: int = 0
     reasoning_tokens: int = 0
-    # Of the price list's cost: what batch and prompt caching saved on this call (None: no
+    # What batch and prompt caching saved on this call at the run's price list (None: no
     # price). A cache write costs more than plain input, so `cache_saved_usd` may be < 0.
     batch_saved_usd: float | None = 0.0
     cache_saved_usd: float | None = 0.0
     # Anthropic's extended thinking text (never part of the answer, `text` or `response`).
     thinking: str | None = None
+
+
+NO_USAGE = CallUsage()
 
 
 @with_config(_FORBID)

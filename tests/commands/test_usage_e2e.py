@@ -72,13 +72,14 @@ def test_anthropic_prompt_cache_and_thinking_through_the_cli(
     bodies = [r["body"] for r in server.requests]
     assert all(b["system"][0]["cache_control"] == {"type": "ephemeral"} for b in bodies)
     calls = [r["calls"][0] for r in records(run_dir)]
-    assert sorted(c["cache_write_input_tokens"] for c in calls) == [0] * (N - 1) + [PREFIX]
-    assert sorted(c["cached_input_tokens"] for c in calls) == [0] + [PREFIX] * (N - 1)
+    usages = [c["usage"] for c in calls]
+    assert sorted(u["cache_write_input_tokens"] for u in usages) == [0] * (N - 1) + [PREFIX]
+    assert sorted(u["cached_input_tokens"] for u in usages) == [0] + [PREFIX] * (N - 1)
     thinking = " ".join(["hmm"] * server.thinking_tokens)
     for record, call in zip(records(run_dir), calls, strict=True):
-        assert call["thinking"] == thinking and "hmm" not in record["response"]
+        assert call["usage"]["thinking"] == thinking and "hmm" not in record["response"]
         assert call["input_tokens"] == PREFIX + 4  # all of the input, cache included
-        assert call["batch"] is False
+        assert call["usage"]["batch"] is False
     # Priced at haiku's v2 rates: $1 input, $0.10 cache read, $1.25 5-minute write, $5 out.
     tokens_in = sum(c["input_tokens"] for c in calls)
     tokens_out = sum(c["output_tokens"] for c in calls)
@@ -120,7 +121,7 @@ def test_openai_reasoning_and_automatic_cache_through_the_cli(
     assert all(b["max_completion_tokens"] == 64 and "max_tokens" not in b for b in bodies)
     reasoning = REASONING_TOKENS["low"] * N
     calls = [r["calls"][0] for r in records(run_dir)]
-    assert sum(c["reasoning_tokens"] for c in calls) == reasoning
+    assert sum(c["usage"]["reasoning_tokens"] for c in calls) == reasoning
     tokens_out = sum(c["output_tokens"] for c in calls)
     assert f"{tokens_out} out ({reasoning} reasoning)" in stdout
     target = manifest(run_dir)["target"]
@@ -151,4 +152,4 @@ def test_a_model_that_spends_max_tokens_reasoning_is_truncated(
     for record in records(run_dir):
         assert (record["response"], record["stop_reason"]) == ("", "max_tokens")
         assert record["failure_mode"] == "truncated"
-        assert record["calls"][0]["reasoning_tokens"] == limit
+        assert record["calls"][0]["usage"]["reasoning_tokens"] == limit

@@ -201,21 +201,22 @@ def test_a_missing_user_file_is_an_error_naming_it(tmp_path: Path) -> None:
 def test_an_unknown_price_is_unknown_and_in_process_answers_are_free() -> None:
     prices = load_prices("v2")
     unknown = call_cost(response(batch=True), prices, "openai", "gpt-99")
-    assert (unknown.usd, unknown.batch_saved_usd, unknown.cache_saved_usd) == (None, None, None)
+    # What batch saved is unknown with the cost; no prompt cache was used: it saved $0.
+    assert (unknown.usd, unknown.batch_saved_usd, unknown.cache_saved_usd) == (None, None, 0.0)
     free = call_cost(response(batch=True), prices, "scripted", "anything")
     assert free.usd == 0.0
 
 
 def test_cost_reprices_batch_and_cache_calls_and_says_what_they_saved() -> None:
     from gradetrail_lib.analysis.cost import format_cost, reprice
-    from gradetrail_lib.results.trace import ModelCall, ModelInfo
+    from gradetrail_lib.results.trace import CallUsage, ModelCall, ModelInfo
     from tests.support.traces import manifest, record
 
     def priced(key: str, **usage: Any) -> ModelCall:
         return ModelCall(
             role="target", request_key=key, provider="openai", model="gpt-5",
             served_model="gpt-5", input_tokens=M, output_tokens=M, latency_s=0.1,
-            cost_usd=None, cache_hit=False, stop_reason="stop", **usage,
+            cost_usd=None, cache_hit=False, stop_reason="stop", usage=CallUsage(**usage),
         )  # fmt: skip
 
     records = []
