@@ -10,7 +10,7 @@ from typing import Any
 from gradetrail_lib.report.html import sample_view
 from gradetrail_lib.viewer import links
 from gradetrail_lib.viewer.index import RunIndex, Signature
-from gradetrail_lib.viewer.label_store import response_hash
+from gradetrail_lib.viewer.label_store import LabelKey, response_hash
 from gradetrail_lib.viewer.labelling import (
     BadLabel,
     LabelDesk,
@@ -76,9 +76,11 @@ class LabelPages:
             hashes = self._response_hashes(index, source)
             lookup = self.desk.lookup()
             spec = m.spec.name
-            labelled = [
-                (spec, index.ids[p], int(index.repeats[p]), hashes[p]) in lookup for p in order
+            # (Every position in the queue has a response, so a hash.)
+            keys = [
+                LabelKey(spec, index.ids[p], int(index.repeats[p]), hashes[p] or "") for p in order
             ]
+            labelled = [lookup.latest(key) is not None for key in keys]
             state = {"seed": str(seed)}
             after = _int(params, "after", 0, 0, n) if "after" in params else None
             if after is not None:
@@ -93,7 +95,7 @@ class LabelPages:
             context: dict[str, Any] = {
                 "name": name, "label": m.label, "seed": seed, "judge": judge, "n": n,
                 "done": sum(labelled), "at": at, "skipped": n < index.n,
-                "unanswered": index.n - n,
+                "unanswered": index.n - n, "problem": self.desk.problem,
             }  # fmt: skip
             if at is not None and n:
                 position = order[at - 1]

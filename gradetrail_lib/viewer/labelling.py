@@ -26,21 +26,24 @@ import secrets
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
+from gradetrail_lib.errors import InputError
 from gradetrail_lib.results.trace import Manifest, TraceRecord
 from gradetrail_lib.viewer import links
 from gradetrail_lib.viewer.index import RunIndex, signature
 from gradetrail_lib.viewer.label_store import (
     Label,
+    LabelLookup,
     append_labels,
+    label_for,
     labels_path,
     read_labels,
+    record_key,
     response_hash,
 )
 
@@ -187,32 +190,46 @@ class LabelDesk:
         self.labeller = labeller
         self.token = secrets.token_urlsafe(32)
         self._lock = threading.Lock()
-        self._cached: tuple[Any, dict[Any, Label]] | None = None
+        self._cached: tuple[Any, LabelLookup, str | None] | None = None
 
     def valid_token(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
-    def lookup(self) -> dict[Any, Label]:
+    def lookup(self) -> LabelLookup:
+        """The labels file read (again only when it changed). A malformed line leaves the
+        labels unshown (`problem` says where) rather than every page unreadable."""
+        return self._read()[0]
+
+    @property
+    def problem(self) -> str | None:
+        return self._read()[1]
+
+    def _read(self) -> tuple[LabelLookup, str | None]:
         try:
             sig: Any = signature(labels_path(self.root).stat())
         except OSError:
             sig = None
         with self._lock:
-            if self._cached is not None and self._cached[0] == sig and sig is not None:
-                return self._cached[1]
-        found = read_labels(self.root) if sig is not None else {}
+            cached = self._cached
+        if cached is not None and cached[0] == sig:
+            return cached[1], cached[2]
+        problem = None
+        try:
+            found = read_labels(self.root)
+        except InputError as exc:
+            found, problem = LabelLookup({}), str(exc).replace(str(self.root) + "/", "")
         with self._lock:
-            self._cached = (sig, found)
-        return found
+            self._cached = (sig, found, problem)
+        return found, problem
 
-    def label_of(self, lookup: Mapping[Any, Label], spec: str, record: TraceRecord) -> Label | None:
-        if record.response is None:
-            return None
-        return lookup.get((spec, record.id, record.repeat, response_hash(record.response)))
+    def label_of(self, lookup: LabelLookup, spec: str, record: TraceRecord) -> Label | None:
+        """The label last given to this very response, whichever judge it is for."""
+        key = record_key(spec, record)
+        return lookup.latest(key) if key is not None else None
 
     def form(
         self, name: str, spec: str, record: TraceRecord, *, via: Literal["queue", "page"],
-        back: str, seed: int | None = None, lookup: Mapping[Any, Label] | None = None,
+        back: str, seed: int | None = None, lookup: LabelLookup | None = None,
     ) -> LabelForm | None:  # fmt: skip
         """The form for `record`, or None when it has no response to label."""
         if record.response is None:
@@ -251,17 +268,14 @@ class LabelDesk:
             raise BadLabel(f"via: expected queue or page, not {via!r}")
         if verdict == "skip":
             return None
-        return Label(
+        # No scorer: the person's verdict on the response holds for every judge.
+        return label_for(
+            record,
             spec=spec,
-            id=record.id,
-            repeat=record.repeat,
-            response_sha256=response_hash(record.response),
             label="pass" if verdict == "pass" else "fail",
-            scorer=None,
-            note=note,
-            labeller=self.labeller,
-            time=datetime.now(UTC).isoformat(timespec="seconds"),
             sampling="random" if via == "queue" else "selected",
+            labeller=self.labeller,
+            note=note,
         )
 
     def write(self, label: Label) -> None:

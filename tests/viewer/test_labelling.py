@@ -5,6 +5,7 @@ browser's side (Chromium) is in test_labelling_browser.py."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -210,6 +211,7 @@ def test_a_queue_label_is_random_and_a_sample_page_label_is_selected(
     assert record.response is not None
     assert written == [
         {
+            "version": 1,
             "spec": "qa", "id": record.id, "repeat": 0,
             "response_sha256": response_hash(record.response), "label": "fail", "scorer": None,
             "note": "off by one", "labeller": "tester", "time": written[0]["time"],
@@ -336,3 +338,18 @@ def test_view_labels_says_it_labels(runs: ViewerRuns) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_a_malformed_labels_file_hides_the_labels_and_breaks_no_page(
+    runs: ViewerRuns, tmp_path: Path
+) -> None:
+    root = tmp_path / "results"
+    root.mkdir()
+    shutil.copytree(runs.root / runs.small, root / runs.small)
+    labels_path(root).write_text('{"spec": "qa", "id": "q000"\n')
+    with Background(root, labels=True) as base:
+        queue = httpx.get(base + label_href(runs.small, {"seed": "1"}), timeout=30)
+        assert queue.status_code == 200
+        assert "The labels file cannot be read" in queue.text and ".labels.jsonl:1" in queue.text
+        assert "0 of 10 labelled" in queue.text
+        assert httpx.get(base + sample_href(runs.small, "q001"), timeout=30).status_code == 200
