@@ -41,9 +41,8 @@ DEFAULT_POWER = 0.8
 DEFAULT_DISCORDANCE = 0.2
 DEFAULT_CORRELATION = 0.5
 
-CONNOR_EXACT = "connor-exact"
-SE_METHOD = "se"
 MdeMethod = Literal["connor-exact", "se"]
+CONNOR_EXACT: MdeMethod = "connor-exact"
 
 # Discordant counts further than this many standard deviations from their mean carry no
 # measurable probability: the power sums skip them.
@@ -99,9 +98,7 @@ def _critical_counts(d: Any, alpha: float) -> Any:
     return np.where(d > 0, k, -1)
 
 
-def mcnemar_power(
-    n: int, delta: float, discordance: float, *, confidence: float = 0.95
-) -> float:
+def mcnemar_power(n: int, delta: float, discordance: float, *, confidence: float = 0.95) -> float:
     """The exact McNemar test's power at n pairs: sums, over the discordant count d ~
     Binomial(n, psi), the chance that B's wins given d ~ Binomial(d, (psi + delta) /
     (2 psi)) fall where the test rejects (two-sided, p < alpha)."""
@@ -237,3 +234,29 @@ def intra_case_correlation(case_values: Sequence[Sequence[float]]) -> float | No
         return None
     return min(max((msb - msw) / denominator, 0.0), 1.0)
 
+
+def percent_power(power: float) -> str:
+    return f"{power * 100:g}%"
+
+
+def comparison_mde(
+    *,
+    binary: bool,
+    discordant: int,
+    case_differences: Sequence[Sequence[float]],
+    confidence: float,
+    power: float = DEFAULT_POWER,
+) -> tuple[float | None, MdeMethod]:
+    """A paired comparison's `mde` and `mde_method` fields: the exact McNemar inversion
+    at the observed discordance for pass/fail pairs (`binary`), else 2.8 standard errors
+    of the paired difference with cases as units (None when it has no spread to measure:
+    fewer than two cases, or every case's difference the same)."""
+    n = sum(len(case) for case in case_differences)
+    if binary:
+        mde = minimum_detectable_effect(
+            n, discordant / n, confidence=confidence, power=power
+        ) if n else None  # fmt: skip
+        return mde, CONNOR_EXACT
+    se = paired_standard_error(case_differences)
+    effect = se_detectable_effect(se, confidence=confidence, power=power) if se else None
+    return effect, "se"
