@@ -7,13 +7,16 @@ test's power), and with repeats the cases of K repeats each (the design effect).
 
 The discordance (the share of pairs the two sides do not both pass or both fail) is
 measured on the spec's last two runs in the run history (`analysis.history`) when there
-are two whose directories still hold them and whose results differ: a discordance seen
-between the last two versions is the best guess for the next. Otherwise it is assumed
+are two whose directories still hold them, whose results differ and which hold the same
+samples (else the most recent such pair): a discordance seen between the last two
+versions is the best guess for the next. Otherwise it is assumed
 (`DEFAULT_DISCORDANCE`), and so is the intra-case correlation of repeats unless those two
 runs have repeats to estimate it from; each record says which.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,22 +123,36 @@ class Observed:
     correlation: float | None
 
 
-def last_two_runs(results_root: Path, spec_name: str) -> tuple[Path, Path] | None:
-    """The spec's two most recent runs in the history (older first) whose directories
-    still hold them and whose results differ; None when there are not two."""
+# Pairs of runs tried before the discordance is assumed: each try reads two runs.
+TRIES = 8
+
+
+def run_pairs(results_root: Path, spec_name: str) -> Iterator[tuple[Path, Path]]:
+    """Pairs of the spec's runs in the history whose directories still hold them and whose
+    results differ (older first in each pair), the most recent pairs first: the last two
+    runs, then the last with the one before those, and so on."""
     state = DirectoryState(results_root)
     current = [
         e
         for e in newest_first(select(read_history(results_root), spec=spec_name))
         if state.why_not_current(e) is None
     ]
-    if not current:
-        return None
-    newest = current[0]
-    for older in current[1:]:
-        if older.fingerprint != newest.fingerprint and older.run_dir != newest.run_dir:
-            return results_root / older.run_dir, results_root / newest.run_dir
-    return None
+    for i, newer in enumerate(current):
+        for older in current[i + 1 :]:
+            if older.fingerprint != newer.fingerprint and older.run_dir != newer.run_dir:
+                yield results_root / older.run_dir, results_root / newer.run_dir
+
+
+def observe_history(results_root: Path, spec_name: str) -> tuple[Observed | None, list[str]]:
+    """The discordance of the spec's most recent two runs that pair (the same samples),
+    and why the more recent pairs tried did not."""
+    skipped: list[str] = []
+    for older, newer in islice(run_pairs(results_root, spec_name), TRIES):
+        try:
+            return observe(older, newer), skipped
+        except NotComparable as exc:
+            skipped.append(f"passed over {older.name} and {newer.name}: {exc}")
+    return None, skipped
 
 
 def observe(run_a: Path, run_b: Path, threshold: float = DEFAULT_THRESHOLD) -> Observed:
@@ -181,14 +198,7 @@ def samples_needed(
         raise ValueError(f"repeats must be at least 1, not {repeats}")
     the_spec = spec if isinstance(spec, Spec) else load_spec(spec).spec
     k = repeats if repeats is not None else the_spec.repeats
-    notes: list[str] = []
-    seen: Observed | None = None
-    runs = last_two_runs(Path(results), the_spec.name) if results is not None else None
-    if runs is not None:
-        try:
-            seen = observe(*runs)
-        except NotComparable as exc:
-            notes.append(f"the last two runs cannot be paired, so discordance is assumed: {exc}")
+    seen, notes = observe_history(Path(results), the_spec.name) if results else (None, [])
     discordance = seen.discordance if seen is not None else DEFAULT_DISCORDANCE
     source: Source = "observed" if seen is not None else "assumed"
     if discordance < detect:
