@@ -66,6 +66,8 @@ def _pair(pairing: Pairing) -> dict[str, Any]:
         "mcnemar_p": result.mcnemar_p,
         "verdict": result.verdict,
         "winner": pairing.winner,
+        # The smallest difference the pair could detect with 80 % power (see stats.power).
+        "minimum_detectable_effect": result.mde,
     }
 
 

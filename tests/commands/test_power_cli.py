@@ -190,7 +190,8 @@ def _no_winner_runs(root: Path) -> tuple[Path, Path]:
     dirs = []
     for name, scores in (("a", a), ("b", b)):
         records = [record(f"s{i:02d}", s) for i, s in enumerate(scores)]
-        dirs.append(write_run_dir(root, records, manifest(model=name, identity=name * 64)))
+        # One identity (a report covers one), two models: two directories.
+        dirs.append(write_run_dir(root, records, manifest(model=name)))
     return dirs[0], dirs[1]
 
 
@@ -250,3 +251,15 @@ def test_viewer_diff_page_shows_the_minimum_detectable_effect(tmp_path: Path) ->
     with Background(tmp_path) as url:
         page = httpx.get(f"{url}/diff/{a.name}/{b.name}", timeout=30).text
     assert f'id="mde">{expected}<' in page
+
+
+def test_report_shows_the_minimum_detectable_effect_of_a_no_winner_pair(tmp_path: Path) -> None:
+    from html import unescape
+
+    from gradetrail_lib.report.html import render_report
+
+    a, b = _no_winner_runs(tmp_path)
+    runs = [load_run(a), load_run(b)]
+    expected = compare(runs[0], runs[1], "s").mde_text()
+    assert expected is not None
+    assert f'class="notes mde">{expected}<' in unescape(render_report(runs))
