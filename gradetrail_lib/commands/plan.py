@@ -102,14 +102,11 @@ def plan_command(args: argparse.Namespace) -> int:
 
 def samples_command(args: argparse.Namespace) -> int:
     """`plan --detect`: reads the spec and the run history; writes nothing."""
-    name = load_spec(args.spec).spec.name
+    # --repeats is checked as for the cost (an InputError naming it, exit 2).
+    spec = load_spec(args.spec).with_repeats(args.repeats).spec
+    name = spec.name
     sizes = samples_needed(
-        args.spec,
-        args.detect,
-        power=args.power,
-        confidence=args.confidence,
-        results=args.results,
-        repeats=args.repeats,
+        spec, args.detect, power=args.power, confidence=args.confidence, results=args.results
     )
     if args.json:
         print(json.dumps({"spec": name, "samples_needed": [s.to_json() for s in sizes]}, indent=2))

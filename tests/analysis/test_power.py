@@ -76,6 +76,18 @@ def test_simulated_power_of_the_exact_test_at_connors_n_is_near_80_percent() -> 
     assert abs(simulated - exact) < 4 * math.sqrt(exact * (1 - exact) / SIMULATIONS)
 
 
+def test_simulated_power_at_the_minimum_detectable_effect_is_80_percent() -> None:
+    rng = np.random.default_rng(11)
+    n, observed = 300, 0.15
+    mde = minimum_detectable_effect(n, observed)
+    assert mde is not None
+    psi = max(observed, mde)
+    counts = rng.multinomial(n, [(psi - mde) / 2, (psi + mde) / 2, 1 - psi], SIMULATIONS)
+    a, b = counts[:, 0], counts[:, 1]
+    p = np.minimum(1.0, 2 * binom.cdf(np.minimum(a, b), a + b, 0.5))
+    assert abs(float(np.mean(p < 0.05)) - 0.8) < 4 * math.sqrt(0.8 * 0.2 / SIMULATIONS)
+
+
 def test_design_effect_of_repeats() -> None:
     assert design_effect(1, 0.5) == 1
     assert design_effect(5, 0.5) == 3

@@ -109,6 +109,7 @@ def test_plan_detect_measures_the_discordance_of_the_specs_last_two_runs(
         (["--detect", "0.03", "--power", "1.5"], "argument --power: must be strictly between"),
         (["--detect", "0.03", "--power", "0"], "argument --power: must be strictly between"),
         (["--detect", "x"], "argument --detect: not a number: 'x'"),
+        (["--detect", "0.03", "--repeats", "0"], "--repeats: must be at least 1"),
     ],
 )
 def test_plan_detect_rejects_bad_values_writing_nothing(
