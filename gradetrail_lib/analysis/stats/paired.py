@@ -38,12 +38,8 @@ from gradetrail_lib.analysis.stats.intervals import (
     Interval,
     wilson_bounds,
 )
-from gradetrail_lib.analysis.stats.power import (
-    DEFAULT_POWER,
-    MdeMethod,
-    comparison_mde,
-    percent_power,
-)
+from gradetrail_lib.analysis.stats.power import DEFAULT_POWER, MdeMethod, comparison_mde
+from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.results.sheet import ScoreSheet
@@ -109,12 +105,12 @@ class PairedComparison:
         if self.mde is None:
             return (
                 f"minimum detectable effect: none; no difference of any size could be "
-                f"detected with {percent_power(DEFAULT_POWER)} power on {self.n} pairs "
+                f"detected with {percent(DEFAULT_POWER)} power on {self.n} pairs "
                 f"({self.mde_method}, {alpha}), so no winner says nothing about a difference"
             )
         return (
             f"minimum detectable effect: {self.mde:.3f} (the smallest difference this "
-            f"comparison could detect with {percent_power(DEFAULT_POWER)} power; "
+            f"comparison could detect with {percent(DEFAULT_POWER)} power; "
             f"{self.mde_method}, {alpha}): no winner is not evidence of no difference"
         )
 

@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from statistics import NormalDist
 from typing import Any, Literal
 
+from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE
+
 DEFAULT_POWER = 0.8
 # When no history says otherwise: a share of discordant pairs typical of two versions of
 # one model on a benchmark, and a strong intra-case correlation of repeats. Both are
@@ -54,7 +56,9 @@ def _z(p: float) -> float:
 
 
 def check_power_inputs(
-    detect: float | None = None, power: float = DEFAULT_POWER, confidence: float = 0.95
+    detect: float | None = None,
+    power: float = DEFAULT_POWER,
+    confidence: float = DEFAULT_CONFIDENCE,
 ) -> None:
     """ValueError naming the bad value: a difference outside (0, 1), a power or a
     confidence outside (0, 1)."""
@@ -69,7 +73,11 @@ def check_power_inputs(
 
 
 def connor_pairs(
-    delta: float, discordance: float, *, confidence: float = 0.95, power: float = DEFAULT_POWER
+    delta: float,
+    discordance: float,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    power: float = DEFAULT_POWER,
 ) -> int:
     """Connor's (1987) pairs for a two-sided test at alpha = 1 - confidence, rounded up."""
     _check_alternative(delta, discordance)
@@ -98,7 +106,9 @@ def _critical_counts(d: Any, alpha: float) -> Any:
     return np.where(d > 0, k, -1)
 
 
-def mcnemar_power(n: int, delta: float, discordance: float, *, confidence: float = 0.95) -> float:
+def mcnemar_power(
+    n: int, delta: float, discordance: float, *, confidence: float = DEFAULT_CONFIDENCE
+) -> float:
     """The exact McNemar test's power at n pairs: sums, over the discordant count d ~
     Binomial(n, psi), the chance that B's wins given d ~ Binomial(d, (psi + delta) /
     (2 psi)) fall where the test rejects (two-sided, p < alpha)."""
@@ -121,7 +131,11 @@ def mcnemar_power(n: int, delta: float, discordance: float, *, confidence: float
 
 
 def pairs_needed(
-    delta: float, discordance: float, *, confidence: float = 0.95, power: float = DEFAULT_POWER
+    delta: float,
+    discordance: float,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    power: float = DEFAULT_POWER,
 ) -> tuple[int, int]:
     """(Connor's n, the first n from it on whose exact McNemar power reaches `power`).
 
@@ -166,7 +180,11 @@ def cases_needed(pairs: int, repeats: int, correlation: float) -> int:
 
 
 def minimum_detectable_effect(
-    n: int, discordance: float, *, confidence: float = 0.95, power: float = DEFAULT_POWER
+    n: int,
+    discordance: float,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    power: float = DEFAULT_POWER,
 ) -> float | None:
     """The smallest difference of pass rates that n pass/fail pairs with this observed
     discordance detect with the exact McNemar test at `power`; the discordance assumed at
@@ -193,7 +211,7 @@ def minimum_detectable_effect(
 
 
 def se_detectable_effect(
-    standard_error: float, *, confidence: float = 0.95, power: float = DEFAULT_POWER
+    standard_error: float, *, confidence: float = DEFAULT_CONFIDENCE, power: float = DEFAULT_POWER
 ) -> float:
     """(z_{1-alpha/2} + z_{power}) standard errors: the difference a two-sided normal test
     at alpha detects with that power (2.8 SE at alpha = 0.05 and power 0.8)."""
@@ -233,10 +251,6 @@ def intra_case_correlation(case_values: Sequence[Sequence[float]]) -> float | No
     if denominator <= 0:
         return None
     return min(max((msb - msw) / denominator, 0.0), 1.0)
-
-
-def percent_power(power: float) -> str:
-    return f"{power * 100:g}%"
 
 
 def comparison_mde(
