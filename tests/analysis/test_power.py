@@ -141,3 +141,32 @@ def test_intra_case_correlation_estimate() -> None:
 def test_bad_inputs_are_named(detect: float, power: float, confidence: float, word: str) -> None:
     with pytest.raises(ValueError, match=word):
         check_power_inputs(detect, power, confidence)
+
+
+def test_the_se_minimum_detectable_effect_is_detected_80_percent_of_the_time() -> None:
+    # Continuous scores: a true difference of 2.8 standard errors is found by the paired
+    # bootstrap's verdict about 80 % of the time, and the MDE each comparison prints
+    # estimates that difference.
+    from gradetrail_lib.analysis.stats.intervals import BootstrapSettings
+    from gradetrail_lib.analysis.stats.paired import compare
+    from gradetrail_lib.results.sheet import ScoreSheet
+
+    rng = np.random.default_rng(3)
+    n, sd, runs = 60, 0.15, 400
+    true = 2.8 * sd / math.sqrt(n)
+    ids, zeros = [f"s{i}" for i in range(n)], [0] * n
+    wins, printed = 0, []
+    for seed in range(runs):
+        a = rng.uniform(0.4, 0.6, n)
+        b = np.clip(a + rng.normal(true, sd, n), 0.0, 1.0)
+        c = compare(
+            ScoreSheet(ids=ids, repeats=zeros, scores=a.tolist()),
+            ScoreSheet(ids=ids, repeats=zeros, scores=b.tolist()),
+            "x",
+            settings=BootstrapSettings(n_resamples=999, seed=seed),
+        )
+        assert c.mde_method == "se" and c.mde is not None
+        wins += c.verdict == "B"
+        printed.append(c.mde)
+    assert abs(wins / runs - 0.8) < 4 * math.sqrt(0.8 * 0.2 / runs)
+    assert float(np.mean(printed)) == pytest.approx(true, rel=0.05)
