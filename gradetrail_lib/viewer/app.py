@@ -17,6 +17,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -40,6 +41,16 @@ HEADERS = [
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"cache-control", b"no-cache"),
 ]
+
+
+class AnyText(PathConvertor):
+    """A path segment holding anything, line breaks too: a sample id may hold a newline,
+    which Starlette's `path` (`.*`) does not match."""
+
+    regex = "[\\s\\S]*"
+
+
+register_url_convertor("text", AnyText())
 
 
 class SecurityHeaders:
@@ -150,7 +161,7 @@ def create_app(root: Path, host: str = "127.0.0.1") -> ASGIApp:
     routes = [
         Route("/", runs, methods=["GET"]),
         Route("/run/{name}", run, methods=["GET"]),
-        Route("/run/{name}/sample/{sample_id:path}", sample, methods=["GET"]),
+        Route("/run/{name}/sample/{sample_id:text}", sample, methods=["GET"]),
         Route("/diff", diff_form, methods=["GET"]),
         Route("/diff/{a}/{b}", diff, methods=["GET"]),
         Route("/static/viewer.css", stylesheet, methods=["GET"]),

@@ -1,14 +1,22 @@
 """The viewer against hostile data and addresses (step 12, item 7): the Host check, a
 damaged results file, the preview cap, and bidirectional controls shown as escapes."""
 
+import json
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from html import unescape
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from gradetrail_lib.report.html import render_report
+from gradetrail_lib.results.runs import load_run
+from gradetrail_lib.viewer.links import sample_href
 from tests.conftest import REPO
 from tests.support.viewer_runs import ViewerRuns, make_runs
 from tests.support.viewer_server import Background
@@ -17,6 +25,65 @@ from tests.support.viewer_server import Background
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> ViewerRuns:
     return make_runs(tmp_path_factory.mktemp("viewer"))
+
+
+@pytest.fixture(scope="module")
+def url(runs: ViewerRuns) -> Iterator[str]:
+    with Background(runs.root) as base:
+        yield base
+
+
+BIDI_ID = "\u202eevil.txt"
+NUL_ID = "nul\x00id"
+LINK_ID = "[x](http://evil.example/) | a\nb"
+UP_ID = "../../etc/passwd"
+HOSTILE_IDS = {1: BIDI_ID, 2: NUL_ID, 5: LINK_ID, 6: UP_ID, 7: "<script>alert(1)</script>"}
+
+
+def copy_run(
+    runs: ViewerRuns, name: str, edit: Callable[[int, dict[str, Any]], str | dict[str, Any]]
+) -> Path:
+    """Run `a` copied as `name`, each record line `i` replaced by `edit(i, record)`: a
+    record (written as JSON) or the line's raw text."""
+    target = runs.root / name
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir()
+    shutil.copy(runs.root / runs.a / "manifest.json", target / "manifest.json")
+    lines = (runs.root / runs.a / "results.jsonl").read_text().splitlines()
+    with open(target / "results.jsonl", "w") as out:
+        for i, line in enumerate(lines):
+            edited = edit(i, json.loads(line))
+            out.write(edited if isinstance(edited, str) else json.dumps(edited) + "\n")
+    return target
+
+
+def _hostile(i: int, record: dict[str, Any]) -> dict[str, Any]:
+    if i in HOSTILE_IDS:
+        record["id"] = HOSTILE_IDS[i]
+        record["response"] = f"\u202e{record['response']}\x00 tail"
+        record["scores"]["exact"]["score"] = 0.0  # failing: the report shows it
+    return record
+
+
+def test_bidi_controls_and_nul_show_as_escapes_in_the_viewer_and_the_report(
+    runs: ViewerRuns, url: str
+) -> None:
+    copy_run(runs, "hostile", _hostile)
+    pages = [httpx.get(url + "/run/hostile", timeout=30)]
+    pages.append(httpx.get(url + "/run/hostile?failures=1", timeout=30))
+    for sample_id in HOSTILE_IDS.values():
+        pages.append(httpx.get(url + sample_href("hostile", sample_id), timeout=30))
+    report = render_report([load_run(runs.root / "hostile")])
+    for page in pages:
+        assert page.status_code == 200, page.url
+    for html in [page.text for page in pages] + [report]:
+        assert "\u202e" not in html and "\x00" not in html
+        assert "<script>alert" not in html
+    run_page = unescape(pages[0].text)
+    assert "\\u202eevil.txt" in run_page and "nul\\u0000id" in run_page
+    assert "\\u202eevil.txt" in unescape(report)
+    sample_page = unescape(pages[2].text)
+    assert "\\u202e" in sample_page and "\\u0000 tail" in sample_page
 
 
 def _printed_url(root: Path, host: str) -> tuple[subprocess.Popen[str], str]:
