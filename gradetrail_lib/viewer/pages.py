@@ -37,7 +37,7 @@ from gradetrail_lib.report.svg import ForestRow, HistoryPoint, forest_plot, hist
 from gradetrail_lib.results.runs import Run, distinct_labels
 from gradetrail_lib.results.trace import FAILURE_MODES, OUTCOMES, Manifest, TraceRecord
 from gradetrail_lib.viewer import links
-from gradetrail_lib.viewer.catalog import Catalog, RunEntry, flags_of
+from gradetrail_lib.viewer.catalog import Catalog, RunEntry, damage_flags, flags_of
 from gradetrail_lib.viewer.index import Query, RunIndex, sort_keys
 from gradetrail_lib.viewer.paths import NotFound
 
@@ -165,6 +165,7 @@ class SampleRow:
     failing: bool
     preview: str
     view: FailedSample | None = None  # in the failures view: the sample in full
+    damage: str | None = None  # a line that is not a record: its error
 
 
 @dataclass(frozen=True)
@@ -291,11 +292,14 @@ class Pages:
                 raise BadRequest(str(exc)) from None
             pager = _pager(params, len(selected), PER_PAGE)
             positions = [int(p) for p in selected[pager.start : pager.stop]]
-            records = index.read(source, positions)
+            readable = [p for p in positions if p not in index.damage]
+            records = dict(zip(readable, index.read(source, readable), strict=True))
             failing = index.failing()
             rows = [
-                self._row(name, run, index, p, r, bool(failing[p]), full=failures)
-                for p, r in zip(positions, records, strict=True)
+                self._row(name, run, index, p, records[p], bool(failing[p]), full=failures)
+                if p in records
+                else self._damaged_row(name, run, index, p)
+                for p in positions
             ]
             by_outcome, by_mode = index.counts()
             state = State(
@@ -311,7 +315,7 @@ class Pages:
                 name=name,
                 run=m,
                 label=m.label,
-                flags=flags_of(name, run),
+                flags=flags_of(name, run) + damage_flags(index, self.catalog.root),
                 facts=reproducibility_facts(m),
                 rates=[(s, index.pass_rate(s)) for s in scorers],
                 confidence=percent(0.95),
@@ -346,6 +350,21 @@ class Pages:
             view=sample_view(record, primary, index.threshold, f"s{position}") if full else None,
         )
 
+    def _damaged_row(self, name: str, run: Run, index: RunIndex, position: int) -> SampleRow:
+        sample_id, repeat = index.ids[position], int(index.repeats[position])
+        return SampleRow(
+            position=position,
+            id=sample_id,
+            repeat=repeat,
+            href=links.sample_href(name, sample_id, repeat),
+            cells=[ScoreCell(s, None, False, None) for s in run.manifest.scorer_names],
+            outcome="damaged",
+            failure_mode=None,
+            failing=True,
+            preview="",
+            damage=self._relative(index.damage[position]),
+        )
+
     def _others(self, name: str, spec: str) -> list[RunEntry]:
         """The other runs, for the diff form: the same spec's first, newest first."""
         entries = self.catalog.entries(rates=False)
@@ -360,6 +379,10 @@ class Pages:
             position = index.find(sample_id, repeat)
             if position is None:
                 raise NotFound(sample_id)
+            if position in index.damage:
+                return self.error(
+                    422, "This sample cannot be read", self._relative(index.damage[position])
+                )
             (record,) = index.read(source, [position])
             neighbours = {}
             for label, p in (("previous", position - 1), ("next", position + 1)):

@@ -126,3 +126,51 @@ def test_the_host_check_accepts_exactly_the_listening_address(runs: ViewerRuns) 
         assert httpx.get(url + "/", timeout=30).status_code == 200
         for other in (f"127.0.0.1:{port}", f"localhost:{port}", "127.0.0.2.evil", ""):
             assert httpx.get(url + "/", headers={"host": other}, timeout=30).status_code == 400
+
+
+def _damaged(i: int, record: dict[str, Any]) -> str | dict[str, Any]:
+    if i == 4:
+        del record["repeat"]  # a line missing `repeat`
+    if i == 23:
+        return json.dumps(record)[:40]  # a truncated last line, no newline
+    return record
+
+
+def test_a_damaged_line_is_its_samples_error_and_the_rest_is_served(
+    runs: ViewerRuns, url: str
+) -> None:
+    copy_run(runs, "damaged", _damaged)
+    page = httpx.get(url + "/run/damaged", timeout=30)
+    assert page.status_code == 200
+    text = unescape(page.text)
+    assert len(re.findall(r'<tr class="sample[^"]*" data-id=', page.text)) == 24
+    assert "damaged/results.jsonl:5: repeat" in text  # the line's error, on its row
+    assert "damaged/results.jsonl:24:" in text
+    assert 'data-id="q010"' in page.text  # the lines around them are served
+    # Its sample page names the error; the others are served as usual.
+    bad = httpx.get(url + sample_href("damaged", "q004"), timeout=30)
+    assert bad.status_code == 422 and "damaged/results.jsonl:5: repeat" in unescape(bad.text)
+    assert httpx.get(url + sample_href("damaged", "q005"), timeout=30).status_code == 200
+    failures = httpx.get(url + "/run/damaged?failures=1", timeout=30)
+    assert failures.status_code == 200
+    assert "damaged/results.jsonl:24:" in unescape(failures.text)
+    # The run list marks the run as damaged, not as healthy.
+    runs_page = unescape(httpx.get(url + "/", timeout=30).text)
+    row = runs_page.split('href="/run/damaged"')[1].split("</tr>")[0]
+    assert "damaged: 2 unreadable lines" in row
+    healthy = runs_page.split(f'href="/run/{runs.a}"')[1].split("</tr>")[0]
+    assert "damaged" not in healthy
+
+
+def test_a_run_of_an_older_format_is_still_unreadable_as_a_whole(
+    runs: ViewerRuns, url: str
+) -> None:
+    def older(i: int, record: dict[str, Any]) -> dict[str, Any]:
+        record["schema_version"] = record["schema_version"] - 1
+        return record
+
+    copy_run(runs, "older", older)
+    page = httpx.get(url + "/run/older", timeout=30)
+    assert page.status_code == 422
+    assert "older/results.jsonl:1:" in unescape(page.text)
+    shutil.rmtree(runs.root / "older")
