@@ -116,6 +116,8 @@ class HostCheck:
 def _response(page: Page) -> Response:
     if page.location is not None:
         return RedirectResponse(page.location, status_code=page.status)
+    if page.media_type != "text/html":
+        return Response(page.html, status_code=page.status, media_type=page.media_type)
     return HTMLResponse(page.html, status_code=page.status)
 
 

@@ -60,6 +60,10 @@ NO_MODE = -1
 # A damaged line's outcome code: past every real outcome, so no outcome filter keeps it.
 DAMAGED = len(OUTCOMES)
 SEARCH_CACHE = 16
+# Lines over a page's cap are parsed two at a time, each held whole only while its
+# texts are cut to the cap: concurrent pages of a run with huge records then hold capped
+# records, not one whole record each (docs/performance.md has the measurement).
+_LARGE_LINES = threading.BoundedSemaphore(2)
 # A JSON string holds these characters as themselves (no escape): safe to look for in
 # the raw line.
 _PLAIN = re.compile(r"[ !#-\[\]-~]+")
@@ -251,15 +255,37 @@ class RunIndex:
                 position += 1
 
     # -- reading ---------------------------------------------------------------------
-    def read(self, source: BinaryIO, positions: Sequence[int]) -> list[TraceRecord]:
+    def read(
+        self, source: BinaryIO, positions: Sequence[int], cap: int | None = None
+    ) -> list[TraceRecord]:
         """The records at `positions`, each read by offset and validated (InputError
-        naming the line for one in `damage`)."""
+        naming the line for one in `damage`); with `cap`, every text in a record longer
+        than `cap` characters is cut there, with a marker (`cut_text`)."""
         fd = source.fileno()
         out = []
         for p in positions:
-            line = os.pread(fd, int(self.lengths[p]), int(self.offsets[p]))
-            out.append(parse_record(line, self.path, int(self.lines[p])))
+            size, number = int(self.lengths[p]), int(self.lines[p])
+            if cap is None or size <= cap:  # no text in it can be longer
+                line = os.pread(fd, size, int(self.offsets[p]))
+                out.append(parse_record(line, self.path, number))
+                continue
+            with _LARGE_LINES:
+                line = os.pread(fd, size, int(self.offsets[p]))
+                try:
+                    parsed = from_json(line)
+                except ValueError:
+                    parsed = None
+                if parsed is None:
+                    out.append(parse_record(line, self.path, number))  # names the error
+                    continue
+                del line
+                small = json.dumps(_cut(parsed, cap), ensure_ascii=False).encode()
+            out.append(parse_record(small, self.path, number))
         return out
+
+    def raw(self, source: BinaryIO, position: int) -> bytes:
+        """The record's line as written."""
+        return os.pread(source.fileno(), int(self.lengths[position]), int(self.offsets[position]))
 
     def find(self, sample_id: str, repeat: int = 0) -> int | None:
         return self.positions.get((sample_id, repeat))
@@ -270,6 +296,25 @@ class RunIndex:
         scores = self.scores.get(scorer)
         values = scores.tolist() if scores is not None else [float("nan")] * self.n
         return ScoreSheet(self.ids, self.repeats.tolist(), values)
+
+
+def cut_text(text: str, cap: int) -> str:
+    """`text`, or its first `cap` characters and a marker saying how long it is."""
+    if len(text) <= cap:
+        return text
+    marker = f"… [truncated: {len(text):,} characters in all; the record in full is at its raw link]"
+    return text[:cap] + marker
+
+
+def _cut(value: Any, cap: int) -> Any:
+    """A parsed record with every string in it cut to `cap` characters."""
+    if isinstance(value, str):
+        return cut_text(value, cap)
+    if isinstance(value, list):
+        return [_cut(v, cap) for v in value]
+    if isinstance(value, dict):
+        return {k: _cut(v, cap) for k, v in value.items()}
+    return value
 
 
 def _text_of(content: Any) -> str:

@@ -35,6 +35,7 @@ from gradetrail_lib.report.html import (
 )
 from gradetrail_lib.report.svg import ForestRow, HistoryPoint, forest_plot, history_plot
 from gradetrail_lib.results.runs import Run, distinct_labels
+from gradetrail_lib.results.text import visible
 from gradetrail_lib.results.trace import FAILURE_MODES, OUTCOMES, Manifest, TraceRecord
 from gradetrail_lib.viewer import links
 from gradetrail_lib.viewer.catalog import Catalog, RunEntry, damage_flags, flags_of
@@ -44,6 +45,9 @@ from gradetrail_lib.viewer.paths import NotFound
 PER_PAGE = 50
 MAX_PER_PAGE = 500
 PREVIEW = 160
+# Characters of any one text (a response, a message, a judge's output) a page holds; a
+# longer one is cut with a marker, and its sample page links to the record in full.
+TEXT_CAP = 20_000
 COMPARISONS = 16
 RUN_SORTS = ("spec", "model", "identity", "n", "pass", "cost", "cache", "date", "flags")
 Paired = tuple[PairedComparison, Any]  # the comparison; A's position -> B's
@@ -58,6 +62,7 @@ class Page:
     status: int
     html: str = ""
     location: str | None = None  # a redirect (303)
+    media_type: str = "text/html"
 
 
 def viewer_css() -> str:
@@ -195,7 +200,8 @@ def _cells(record: TraceRecord, scorers: Sequence[str], threshold: float) -> lis
 def _preview(record: TraceRecord) -> str:
     if record.response is None:
         return ""
-    text = " ".join(record.response.split())
+    # Only the start is looked at: a preview of a huge response costs what a short one does.
+    text = " ".join(record.response[: PREVIEW * 8].split())
     return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
 
 
@@ -293,7 +299,7 @@ class Pages:
             pager = _pager(params, len(selected), PER_PAGE)
             positions = [int(p) for p in selected[pager.start : pager.stop]]
             readable = [p for p in positions if p not in index.damage]
-            records = dict(zip(readable, index.read(source, readable), strict=True))
+            records = dict(zip(readable, index.read(source, readable, TEXT_CAP), strict=True))
             failing = index.failing()
             rows = [
                 self._row(name, run, index, p, records[p], bool(failing[p]), full=failures)
@@ -383,7 +389,10 @@ class Pages:
                 return self.error(
                     422, "This sample cannot be read", self._relative(index.damage[position])
                 )
-            (record,) = index.read(source, [position])
+            if _flag(params, "raw"):  # bidi controls as JSON escapes: the same JSON
+                text = visible(index.raw(source, position).decode("utf-8", "replace"))
+                return Page(200, text, media_type="text/plain; charset=utf-8")
+            (record,) = index.read(source, [position], TEXT_CAP)
             neighbours = {}
             for label, p in (("previous", position - 1), ("next", position + 1)):
                 if 0 <= p < index.n:
@@ -405,6 +414,9 @@ class Pages:
                 repeats=repeats if len(repeats) > 1 else [],
                 position=position,
                 total=index.n,
+                raw=links.sample_raw_href(name, sample_id, repeat),
+                cut=int(index.lengths[position]) > TEXT_CAP,
+                cap=TEXT_CAP,
             )
 
     # -- /diff -------------------------------------------------------------------------
@@ -449,7 +461,9 @@ class Pages:
             page_b = [int(b_of_a[p]) for p in page_a]
             rows = []
             for ra, rb in zip(
-                index_a.read(source_a, page_a), index_b.read(source_b, page_b), strict=True
+                index_a.read(source_a, page_a, TEXT_CAP),
+                index_b.read(source_b, page_b, TEXT_CAP),
+                strict=True,
             ):
                 rows.append(
                     DiffRow(

@@ -174,3 +174,38 @@ def test_a_run_of_an_older_format_is_still_unreadable_as_a_whole(
     assert page.status_code == 422
     assert "older/results.jsonl:1:" in unescape(page.text)
     shutil.rmtree(runs.root / "older")
+
+
+MB = 1 << 20
+
+
+def _huge(i: int, record: dict[str, Any]) -> dict[str, Any]:
+    if i == 3:  # a failing sample (the report's and the failures view's)
+        record["response"] = "\u202e" + "word " * (MB // 5) + "THE END"
+        record["messages"][0]["content"] = "prompt " * (MB // 7)
+    return record
+
+
+def test_a_huge_response_is_capped_on_the_pages_and_whole_at_its_raw_link(
+    runs: ViewerRuns, url: str
+) -> None:
+    from gradetrail_lib.viewer.pages import TEXT_CAP
+
+    copy_run(runs, "huge", _huge)
+    line = (runs.root / "huge" / "results.jsonl").read_text().splitlines()[3]
+    assert len(line) > 2 * MB  # a 1 MB response and a 1 MB prompt
+    bound = 4 * TEXT_CAP + 200_000  # two capped texts, escaped, and the page around them
+    for path in ("/run/huge", "/run/huge?failures=1", sample_href("huge", "q003")):
+        page = httpx.get(url + path, timeout=30)
+        assert page.status_code == 200 and len(page.content) < bound, (path, len(page.content))
+        assert "THE END" not in page.text
+        if path != "/run/huge":  # the preview is a line; these show the text, cut
+            assert "truncated" in page.text
+    sample = unescape(httpx.get(url + sample_href("huge", "q003"), timeout=30).text)
+    match = re.search(r'<a class="raw" href="([^"]+)"', sample)
+    assert match, "the sample page links to the record in full"
+    raw = httpx.get(url + unescape(match.group(1)), timeout=30)
+    assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/plain")
+    record = json.loads(raw.text)  # the record as written, bidi controls as JSON escapes
+    assert record["response"].endswith("THE END") and "\u202e" not in raw.text
+    assert record["response"] == json.loads(line)["response"]
