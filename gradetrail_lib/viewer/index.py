@@ -302,7 +302,7 @@ def cut_text(text: str, cap: int) -> str:
     """`text`, or its first `cap` characters and a marker saying how long it is."""
     if len(text) <= cap:
         return text
-    marker = f"… [truncated: {len(text):,} characters in all; the record in full is at its raw link]"
+    marker = f"… [truncated: {len(text):,} characters in all; the record in full: its raw link]"
     return text[:cap] + marker
 
 
