@@ -93,7 +93,7 @@ def _figure(estimate: Estimate) -> str:
 
 def _tooltip(label: str, estimate: Estimate, note: str) -> str:
     text = f"{label}: {_figure(estimate)}, {estimate.n_text}"
-    return f"{text}; {note}" if note else text
+    return visible(f"{text}; {note}" if note else text)
 
 
 def _link(href: str | None, inner: str) -> str:
@@ -115,8 +115,8 @@ def forest_plot(rows: Sequence[ForestRow], *, title: str, width: int = 720) -> M
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="forest" role="img" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'aria-label="{escape(title)}">',
-        f"<title>{escape(title)}</title>",
+        f'aria-label="{escape(visible(title))}">',
+        f"<title>{escape(visible(title))}</title>",
         f'<text x="0" y="15" {FONT} font-size="13" font-weight="600" fill="{INK}">'
         f"{escape(_fit(title, 13, width))}</text>",
     ]
@@ -180,8 +180,8 @@ def history_plot(
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="history" role="img" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'aria-label="{escape(title)}">',
-        f"<title>{escape(title)}</title>",
+        f'aria-label="{escape(visible(title))}">',
+        f"<title>{escape(visible(title))}</title>",
         f'<text x="0" y="14" {FONT} font-size="12" font-weight="600" fill="{INK}">'
         f"{escape(_clip(title, 60))}</text>",
     ]
