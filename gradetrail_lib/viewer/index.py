@@ -283,6 +283,14 @@ class RunIndex:
             out.append(parse_record(small, self.path, number))
         return out
 
+    def response_of(self, source: BinaryIO, position: int) -> str | None:
+        """The record's whole response (read, for a line over a page's cap, two at a
+        time like `read`): what a cut response is compared by."""
+        with _LARGE_LINES:
+            record = from_json(self.raw(source, position))
+        response = record.get("response") if isinstance(record, dict) else None
+        return response if isinstance(response, str) else None
+
     def raw(self, source: BinaryIO, position: int) -> bytes:
         """The record's line as written."""
         return os.pread(source.fileno(), int(self.lengths[position]), int(self.offsets[position]))

@@ -460,17 +460,23 @@ class Pages:
             page_a = [int(p) for p in chosen[pager.start : pager.stop]]
             page_b = [int(b_of_a[p]) for p in page_a]
             rows = []
-            for ra, rb in zip(
+            for pa, pb, ra, rb in zip(
+                page_a,
+                page_b,
                 index_a.read(source_a, page_a, TEXT_CAP),
                 index_b.read(source_b, page_b, TEXT_CAP),
                 strict=True,
             ):
+                same = ra.response == rb.response
+                if same and max(index_a.lengths[pa], index_b.lengths[pb]) > TEXT_CAP:
+                    # Cut texts agree on their start only: compare the whole responses.
+                    same = index_a.response_of(source_a, pa) == index_b.response_of(source_b, pb)
                 rows.append(
                     DiffRow(
                         ra.id, ra.repeat,
                         self._side(name_a, ra, scorer, shared, index_a.threshold),
                         self._side(name_b, rb, scorer, shared, index_b.threshold),
-                        ra.response == rb.response,
+                        same,
                     )
                 )  # fmt: skip
             state = State(

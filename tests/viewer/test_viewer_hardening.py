@@ -209,3 +209,25 @@ def test_a_huge_response_is_capped_on_the_pages_and_whole_at_its_raw_link(
     record = json.loads(raw.text)  # the record as written, bidi controls as JSON escapes
     assert record["response"].endswith("THE END") and "\u202e" not in raw.text
     assert record["response"] == json.loads(line)["response"]
+
+
+def test_the_diff_tells_huge_responses_apart_past_the_cut(runs: ViewerRuns, url: str) -> None:
+    """Two 1 MB responses alike in their first TEXT_CAP characters: the pages hold them cut,
+    and the diff still says they differ (it compares them whole)."""
+
+    def huge(ending: str) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+        def edit(i: int, record: dict[str, Any]) -> dict[str, Any]:
+            if i == 0:
+                record["response"] = "same " * (MB // 5) + ending
+            return record
+
+        return edit
+
+    copy_run(runs, "huge-a", huge("A"))
+    copy_run(runs, "huge-b", huge("B"))
+    copy_run(runs, "huge-c", huge("A"))
+    differ = unescape(httpx.get(url + "/diff/huge-a/huge-b?all=1", timeout=60).text)
+    alike = unescape(httpx.get(url + "/diff/huge-a/huge-c?all=1", timeout=60).text)
+    first = differ.split('data-id="q000"')[1].split("</td>")[0]
+    assert "responses differ" in first, first
+    assert "same response" in alike.split('data-id="q000"')[1].split("</td>")[0]
