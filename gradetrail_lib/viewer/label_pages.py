@@ -5,7 +5,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from gradetrail_lib.report.html import sample_view
 from gradetrail_lib.viewer import links
@@ -22,9 +22,8 @@ from gradetrail_lib.viewer.labelling import (
     safe_back,
     stratified_order,
 )
-from gradetrail_lib.viewer.pages import BadRequest, Page, Pages, _int
+from gradetrail_lib.viewer.pages import TEXT_CAP, BadRequest, Page, Pages, _int
 
-CHUNK = 500
 HASHES_KEPT = 4
 
 
@@ -41,17 +40,20 @@ class LabelPages:
         self._hashes: OrderedDict[Signature, list[str | None]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _response_hashes(self, index: RunIndex, source: Any) -> list[str | None]:
-        """Each record's response hash, read once per results file (a page reads only
-        its own records otherwise; "k of n labelled" needs every response's hash)."""
+    def _response_hashes(self, index: RunIndex, source: BinaryIO) -> list[str | None]:
+        """Each record's whole response hash (None: no response, or a damaged line), read
+        once per results file: "k of n labelled" needs every response's hash, and a page
+        otherwise reads only its own records."""
         with self._lock:
             found = self._hashes.get(index.signature)
         if found is not None:
             return found
         hashes: list[str | None] = []
-        for start in range(0, index.n, CHUNK):
-            records = index.read(source, range(start, min(start + CHUNK, index.n)))
-            hashes += [None if r.response is None else response_hash(r.response) for r in records]
+        for position in range(index.n):
+            whole = None
+            if index.answered[position] and position not in index.damage:
+                whole = index.response_of(source, position)
+            hashes.append(None if whole is None else response_hash(whole))
         with self._lock:
             self._hashes[index.signature] = hashes
             while len(self._hashes) > HASHES_KEPT:
@@ -99,7 +101,7 @@ class LabelPages:
             }  # fmt: skip
             if at is not None and n:
                 position = order[at - 1]
-                (record,) = index.read(source, [position])
+                (record,) = index.read(source, [position], TEXT_CAP)
                 view = sample_view(record, m.primary_scorer, index.threshold, "queue")
                 judges = {s.name for s in m.scorers if s.type == "judge"}
                 context |= {
@@ -111,7 +113,8 @@ class LabelPages:
                         if s not in judges and e.reason
                     ],
                     "form": self.desk.form(
-                        name, spec, record, via="queue", seed=seed, lookup=lookup,
+                        name, spec, record, sha=hashes[position], via="queue", seed=seed,
+                        lookup=lookup,
                         back=links.label_href(name, state | {"after": str(at)}),
                     ),
                     "previous": (
@@ -142,6 +145,9 @@ class LabelPages:
             position = index.find(sample_id, repeat)
             if position is None:
                 raise BadLabel(f"no sample {sample_id!r} (repeat {repeat}) in this run", 404)
+            if position in index.damage:
+                raise BadLabel(f"sample {sample_id!r}: its record cannot be read", 422)
+            # Uncut: the label is about the whole response (one record, once per label).
             (record,) = index.read(source, [position])
             label = self.desk.make_label(fields, run.manifest.spec.name, record)
         if label is not None:

@@ -24,10 +24,10 @@ judges' verdicts, so a labeller is not anchored on them.
 import hmac
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
@@ -38,12 +38,12 @@ from gradetrail_lib.viewer import links
 from gradetrail_lib.viewer.index import RunIndex, signature
 from gradetrail_lib.viewer.label_store import (
     Label,
+    LabelKey,
     LabelLookup,
     append_labels,
     label_for,
     labels_path,
     read_labels,
-    record_key,
     response_hash,
 )
 
@@ -120,34 +120,33 @@ def form_fields(body: bytes, content_type: str) -> dict[str, str]:
     return out
 
 
-def own_hosts(server: tuple[str, int] | None) -> set[str]:
-    """The Host values that name the viewer's own listening address."""
+def own_hosts(names: Iterable[str], server: tuple[str, int] | None) -> set[str]:
+    """The Host values that name this viewer: each of its host names (app.host_names:
+    the address it listens on, and `localhost` for a loopback address) with its port."""
     if server is None:
         return set()
-    host, port = server
-    names = {f"[{host}]"} if ":" in host else {host}
-    if host == "127.0.0.1":
-        names.add("localhost")
-    return {f"{name}:{port}" for name in names}
+    return {f"{name}:{server[1]}" for name in names}
 
 
-def check_origin(headers: Mapping[str, str], server: tuple[str, int] | None) -> None:
+def check_origin(
+    headers: Mapping[str, str], names: Iterable[str], server: tuple[str, int] | None
+) -> None:
     """Refused unless Host is the viewer's own address and Origin (or Referer, when the
     browser sent no Origin) is that same origin."""
-    host = headers.get("host", "")
-    if host not in own_hosts(server):
+    host = headers.get("host", "").strip().lower()
+    if host not in own_hosts(names, server):
         raise Refused(f"Host {host!r} is not this viewer's address")
     own = f"http://{host}"
     origin = headers.get("origin")
     if origin is not None:
-        if origin != own:
+        if origin.lower() != own:
             raise Refused(f"Origin {origin!r} is not this viewer ({own})")
         return
     referer = headers.get("referer")
     if referer is None:
         raise Refused("the post carries neither Origin nor Referer")
     parts = urlsplit(referer)
-    if f"{parts.scheme}://{parts.netloc}" != own:
+    if f"{parts.scheme}://{parts.netloc}".lower() != own:
         raise Refused(f"Referer {referer!r} is not this viewer ({own})")
 
 
@@ -222,17 +221,14 @@ class LabelDesk:
             self._cached = (sig, found, problem)
         return found, problem
 
-    def label_of(self, lookup: LabelLookup, spec: str, record: TraceRecord) -> Label | None:
-        """The label last given to this very response, whichever judge it is for."""
-        key = record_key(spec, record)
-        return lookup.latest(key) if key is not None else None
-
     def form(
-        self, name: str, spec: str, record: TraceRecord, *, via: Literal["queue", "page"],
-        back: str, seed: int | None = None, lookup: LabelLookup | None = None,
+        self, name: str, spec: str, record: TraceRecord, *, sha: str | None,
+        via: Literal["queue", "page"], back: str, seed: int | None = None,
+        lookup: LabelLookup | None = None,
     ) -> LabelForm | None:  # fmt: skip
-        """The form for `record`, or None when it has no response to label."""
-        if record.response is None:
+        """The form for `record`, whose whole response hashes to `sha` (`whole_hash`);
+        None when it has no response to label."""
+        if sha is None:
             return None
         found = self.lookup() if lookup is None else lookup
         return LabelForm(
@@ -240,11 +236,12 @@ class LabelDesk:
             token=self.token,
             id=record.id,
             repeat=record.repeat,
-            sha=response_hash(record.response),
+            sha=sha,
             via=via,
             back=back,
             seed=seed,
-            current=self.label_of(found, spec, record),
+            # The label last given to this very response, whichever judge it is for.
+            current=found.latest(LabelKey(spec, record.id, record.repeat, sha)),
         )
 
     def make_label(self, fields: Mapping[str, str], spec: str, record: TraceRecord) -> Label | None:
@@ -280,6 +277,20 @@ class LabelDesk:
 
     def write(self, label: Label) -> None:
         append_labels(self.root, [label])
+
+
+def whole_hash(
+    index: RunIndex, source: BinaryIO, position: int, record: TraceRecord, cap: int
+) -> str | None:
+    """The hash of the record's whole response, which a label is about. A page reads its
+    records with every text cut at `cap` characters, so a line longer than that is read
+    again for its response."""
+    if record.response is None:
+        return None
+    if int(index.lengths[position]) <= cap:  # nothing in it was cut
+        return response_hash(record.response)
+    whole = index.response_of(source, position)
+    return None if whole is None else response_hash(whole)
 
 
 def parse_repeat(value: str) -> int:

@@ -12,8 +12,9 @@ class Background:
         self, root: Path, host: str = "127.0.0.1", port: int = 0, *, labels: bool = False
     ) -> None:
         self.sock = bind(host, port)
-        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        self.server = server(create_app(root, labels=labels, labeller="tester"))
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.sock.getsockname()[1]}"
+        self.server = server(create_app(root, host, labels=labels, labeller="tester"))
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:

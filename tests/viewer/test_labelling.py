@@ -11,11 +11,13 @@ import sys
 from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 
+from gradetrail_lib.viewer.app import host_names
 from gradetrail_lib.viewer.label_store import labels_path, response_hash
 from gradetrail_lib.viewer.labelling import (
     BadLabel,
@@ -29,6 +31,7 @@ from gradetrail_lib.viewer.links import label_href, sample_href
 from tests.conftest import REPO
 from tests.support.viewer_runs import ViewerRuns, make_runs
 from tests.support.viewer_server import Background
+from tests.viewer.test_viewer_hardening import copy_run
 
 
 @pytest.fixture(scope="module")
@@ -119,10 +122,13 @@ def test_the_queue_order_within_a_verdict_is_uniform() -> None:
 # -- the checks, as functions -------------------------------------------------------------
 def test_origin_check_accepts_only_the_viewers_own_address() -> None:
     server = ("127.0.0.1", 8765)
-    assert own_hosts(server) == {"127.0.0.1:8765", "localhost:8765"}
-    assert own_hosts(("::1", 9)) == {"[::1]:9"}
-    check_origin({"host": "127.0.0.1:8765", "origin": "http://127.0.0.1:8765"}, server)
-    check_origin({"host": "localhost:8765", "referer": "http://localhost:8765/run/x"}, server)
+    names = host_names("127.0.0.1")  # the Host check's own names, with the port
+    assert own_hosts(names, server) == {"127.0.0.1:8765", "localhost:8765"}
+    assert own_hosts(host_names("::1"), ("::1", 9)) == {"[::1]:9", "localhost:9"}
+    check_origin({"host": "127.0.0.1:8765", "origin": "http://127.0.0.1:8765"}, names, server)
+    check_origin(
+        {"host": "localhost:8765", "referer": "http://localhost:8765/run/x"}, names, server
+    )
     from gradetrail_lib.viewer.labelling import Refused
 
     for headers in [
@@ -136,9 +142,11 @@ def test_origin_check_accepts_only_the_viewers_own_address() -> None:
         {"origin": "http://127.0.0.1:8765"},  # no Host
     ]:
         with pytest.raises(Refused):
-            check_origin(headers, server)
+            check_origin(headers, names, server)
     with pytest.raises(Refused):
-        check_origin({"host": "127.0.0.1:8765", "origin": "http://127.0.0.1:8765"}, None)
+        check_origin({"host": "127.0.0.1:8765", "origin": "http://127.0.0.1:8765"}, names, None)
+    with pytest.raises(Refused):  # 127.0.0.2 is loopback, but not this viewer
+        check_origin({"host": "127.0.0.2:8765", "origin": "http://127.0.0.2:8765"}, names, server)
 
 
 def test_a_form_body_is_one_value_per_known_field() -> None:
@@ -353,3 +361,42 @@ def test_a_malformed_labels_file_hides_the_labels_and_breaks_no_page(
         assert "The labels file cannot be read" in queue.text and ".labels.jsonl:1" in queue.text
         assert "0 of 10 labelled" in queue.text
         assert httpx.get(base + sample_href(runs.small, "q001"), timeout=30).status_code == 200
+
+
+def _huge_and_damaged(i: int, record: dict[str, Any]) -> str | dict[str, Any]:
+    if i == 3:
+        record["response"] = "word " * 10_000 + "THE END"  # past the pages' cut
+    if i == 4:
+        del record["repeat"]  # a line that is not a record
+    return record
+
+
+def test_a_label_is_about_the_whole_response_and_never_a_damaged_line(
+    runs: ViewerRuns, url: str
+) -> None:
+    from gradetrail_lib.viewer.pages import TEXT_CAP
+
+    target = copy_run(runs, "qa-huge-damaged", _huge_and_damaged)
+    name = target.name
+    whole = "word " * 10_000 + "THE END"
+    assert len(whole) > TEXT_CAP
+    page = httpx.get(url + sample_href(name, "q003"), timeout=30)
+    assert page.status_code == 200 and "THE END" not in page.text  # the page holds the cut
+    fields = form_of(page.text)
+    assert fields["sha"] == response_hash(whole)
+    assert post(url, name, fields | {"label": "fail"}).status_code == 303
+    assert labels_on_file(runs)[-1]["response_sha256"] == response_hash(whole)
+    # The queue leaves the damaged line out, and counts the label on the whole response.
+    queue = httpx.get(url + label_href(name, {"seed": "2"}), timeout=30)
+    assert queue.status_code == 200
+    # Labels follow unchanged responses: run a's labels (the same spec) count here too.
+    on_file = {(w["id"], w["repeat"], w["response_sha256"]) for w in labels_on_file(runs)}
+    readable = [json.loads(line) for line in (target / "results.jsonl").read_text().splitlines()]
+    readable = [r for r in readable if "repeat" in r]
+    assert len(readable) == 23
+    done = sum((r["id"], r["repeat"], response_hash(r["response"])) in on_file for r in readable)
+    assert ("q003", 0, response_hash(whole)) in on_file
+    assert f"{done} of 23 labelled" in queue.text
+    before = tree(runs.root)
+    damaged = post(url, name, fields | {"id": "q004", "label": "pass"})
+    assert damaged.status_code == 422 and tree(runs.root) == before
