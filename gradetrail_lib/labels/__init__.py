@@ -20,7 +20,8 @@ pages all code against it):
   an unchanged response into later runs (a cached re-run answers the same) and a changed
   response is unlabelled. For a key, the label appended last wins (a relabel replaces the
   earlier verdict), one per scorer (None included); `LabelLookup.get(key, scorer)` gives
-  the scorer's own label, else the label for every judge. A malformed line is an
+  the scorer's own label, else the label for every judge; `latest(key)` the last one
+  whatever its scorer. A malformed line is an
   InputError naming `file:line`; no file is an empty lookup.
 - `labels_for_run(run_dir, lookup, scorer=None)` yields the run's records, in file order,
   each paired with its label or None (`Labelled`). A record without a response (a
@@ -156,6 +157,11 @@ class LabelLookup:
             return found[scorer]
         return found.get(None)
 
+    def latest(self, key: LabelKey) -> Label | None:
+        """The label appended last for the key, whichever scorer it is for."""
+        found = self.by_key.get(key)
+        return list(found.values())[-1] if found else None
+
     def of_spec(self, spec: str, scorer: str | None = None) -> list[Label]:
         """Every current label of a spec that applies to `scorer` (as `get` picks)."""
         labels = []
@@ -180,7 +186,9 @@ def parse_labels(data: bytes, path: Path) -> LabelLookup:
         except ValidationError as exc:
             located = input_errors(exc, str(path), on_line(number), words=FIELD_WORDS)
             raise first_of(located) from None
-        by_key.setdefault(label.key, {})[label.scorer] = label
+        found = by_key.setdefault(label.key, {})
+        found.pop(label.scorer, None)  # re-inserted: a key's labels stay in file order
+        found[label.scorer] = label
     return LabelLookup(by_key)
 
 
