@@ -94,8 +94,9 @@ def test_sensitivity_and_specificity_take_wilson_intervals() -> None:
 
 def _verdicts(truth, judged, labelled, random=True):  # type: ignore[no-untyped-def]
     return [
-        Verdict(judged=bool(j), answered=True, label=bool(t) if i < labelled else None,
-                random=random)
+        Verdict(
+            judged=bool(j), answered=True, label=bool(t) if i < labelled else None, random=random
+        )
         for i, (t, j) in enumerate(zip(truth, judged, strict=True))
     ]
 
@@ -140,8 +141,10 @@ def test_labels_for_width_reaches_the_width_it_promises() -> None:
     assert needed is not None and needed > 40
     z = NormalDist().inv_cdf(0.975)
     width = 2 * z * np.sqrt(now.imputed_var / now.big_n + now.rectifier_var / needed)
-    assert width <= target < 2 * z * np.sqrt(
-        now.imputed_var / now.big_n + now.rectifier_var / (needed - 1)
+    assert (
+        width
+        <= target
+        < 2 * z * np.sqrt(now.imputed_var / now.big_n + now.rectifier_var / (needed - 1))
     )
     assert labels_for_width(now, 1e-4) is None  # the unlabelled set's variance alone exceeds it
 

@@ -37,7 +37,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pa
     try:
         base_url = f"{server.base_url}/v1"
         write_dataset(where / "data" / "add.jsonl", N)
-        spec = write_spec(where / "add.yaml", base_url, ["fake-bad"], scorers=multi_scorers(base_url))
+        spec = write_spec(
+            where / "add.yaml", base_url, ["fake-bad"], scorers=multi_scorers(base_url)
+        )
         run_dir = run_spec(spec, where)["fake-bad"]
         yield where, run_dir, base_url
     finally:
@@ -85,7 +87,13 @@ def test_calibrate_equals_the_reference_implementations(project: tuple[Path, Pat
     assert code == 2 and "no label" in err
     picked = write_labels(where / "picked.csv", [f"s{i:03d}" for i in range(60, 80)])
     code, out, err = cli(
-        "labels", "import", str(picked), "--run", str(run_dir), "--sampling", "selected",
+        "labels",
+        "import",
+        str(picked),
+        "--run",
+        str(run_dir),
+        "--sampling",
+        "selected",
         cwd=where,
     )
     assert code == 0, err

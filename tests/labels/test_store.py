@@ -99,8 +99,12 @@ def test_the_latest_label_for_a_key_wins_per_scorer(tmp_path: Path) -> None:
 
 def test_label_for_hashes_the_records_response() -> None:
     made = label_for(
-        record("x", 1.0, response="Paris"), spec="caps", label="pass", sampling="selected",
-        labeller="bo", time="t",
+        record("x", 1.0, response="Paris"),
+        spec="caps",
+        label="pass",
+        sampling="selected",
+        labeller="bo",
+        time="t",
     )
     assert made.key == LabelKey("caps", "x", 0, response_hash("Paris"))
     assert made.sampling == "selected" and made.labeller == "bo"
