@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from gradetrail_lib.analysis.stats.intervals import wilson_bounds
-from gradetrail_lib.labels import LabelLookup, labels_for_run, read_labels
+from gradetrail_lib.labels import LabelLookup, labels_for_run, labels_path, read_labels
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from gradetrail_lib.results.runs import load_run
 
@@ -330,6 +330,17 @@ def calibrate(
                 method=PPI_METHOD,
                 warning=few_labels_warning(n_random),
             )
+    if corrected is None and not others and n_random >= MIN_RANDOM_LABELS:
+        # Every answered record is labelled: no judge is needed, the labels are the rate.
+        every = wilson(int(sum(random_y)), n_random, confidence)
+        assert every.value is not None and every.low is not None and every.high is not None
+        corrected = Figure(
+            value=every.value * scale,
+            low=every.low * scale,
+            high=every.high * scale,
+            method=f"{WILSON} (every answered record labelled)",
+        )
+        needed = n_random
     if corrected is None:
         selected = len(truth) - n_random
         why = (
@@ -337,8 +348,6 @@ def calibrate(
             + (f" ({selected} selected, which a corrected rate cannot use)" if selected else "")
             + f": a corrected pass rate needs at least {MIN_RANDOM_LABELS}"
         )
-        if n_random >= MIN_RANDOM_LABELS:
-            why = "every answered record is labelled: the labels' own pass rate is the rate"
         needed = max(needed or 0, MIN_RANDOM_LABELS)
     return Calibration(
         scorer=scorer,
@@ -431,3 +440,72 @@ def format_calibration(c: Calibration) -> str:
             f"({c.more_labels} more)"
         )
     return "\n".join(lines)
+
+
+def calibrated_line(c: Calibration) -> str:
+    """The run summary's one line for a judge with labels."""
+    if c.corrected_pass_rate is not None:
+        corrected = f"corrected pass rate {c.corrected_pass_rate.format()}"
+    else:
+        corrected = f"no corrected pass rate ({c.why_uncorrected})"
+    return (
+        f"Calibrated: {c.scorer}: {c.n_labeled} human labels ({c.n_random} random); "
+        f"kappa {c.kappa.format()}; sensitivity {c.sensitivity.format()}; specificity "
+        f"{c.specificity.format()}; judge pass rate {c.judge_pass_rate.format()}; {corrected}"
+    )
+
+
+def summary_lines(run_dir: Path) -> list[str]:
+    """`Calibrated:` lines for the judges of a run that have labels (none without a
+    labels file beside the run)."""
+    if not labels_path(Path(run_dir).parent).is_file():
+        return []
+    return [calibrated_line(c) for c in calibrate_run(run_dir)]
+
+
+def kappa_refusal(run_dir: Path, scorer: str, minimum: float) -> str | None:
+    """Why a gate must not trust `scorer` (a judge) on this run at kappa `minimum`, or
+    None when it may (not a judge: nothing to check)."""
+    if scorer not in judge_scorers(run_dir):
+        return None
+    found = calibrate_run(run_dir, scorers=[scorer])
+    if not found:
+        return (
+            f"judge scorer {scorer!r} has no human label on this run's responses, so its "
+            f"agreement with people is unknown (--require-kappa {minimum:g})"
+        )
+    kappa = found[0].kappa
+    if kappa.value is None:
+        return (
+            f"judge scorer {scorer!r}: kappa is undefined on its {found[0].n_labeled} labels "
+            "(one class only)"
+        )
+    if kappa.value < minimum:
+        return (
+            f"judge scorer {scorer!r} agrees with people at kappa {kappa.format()} over "
+            f"{found[0].n_labeled} labels, below --require-kappa {minimum:g}"
+        )
+    return None
+
+
+def corrected_difference(
+    a: Calibration, b: Calibration, confidence: float = DEFAULT_CONFIDENCE
+) -> Figure | None:
+    """B's corrected pass rate minus A's, with a normal interval from the two intervals'
+    standard errors as if independent: the runs' unlabelled sets are paired and positively
+    correlated, which makes the true interval narrower, so this one is conservative."""
+    ra, rb = a.corrected_pass_rate, b.corrected_pass_rate
+    if ra is None or rb is None or None in (ra.value, ra.low, ra.high, rb.value, rb.low, rb.high):
+        return None
+    assert ra.value is not None and rb.value is not None
+    assert ra.low is not None and ra.high is not None and rb.low is not None and rb.high is not None
+    z = _z(confidence)
+    se = math.hypot((ra.high - ra.low) / (2 * z), (rb.high - rb.low) / (2 * z))
+    diff = rb.value - ra.value
+    return Figure(
+        value=diff,
+        low=diff - _z(confidence) * se,
+        high=diff + _z(confidence) * se,
+        method="ppi++-mean difference, independent normal (conservative)",
+        warning=ra.warning or rb.warning,
+    )

@@ -12,6 +12,7 @@ from gradetrail_lib.labels import (
     default_labeller,
     labels_path,
     read_labels,
+    record_key,
 )
 from gradetrail_lib.labels.files import (
     export_rows,
@@ -70,7 +71,13 @@ def import_command(args: argparse.Namespace) -> int:
     )
     root = args.run.resolve().parent
     append_labels(root, labels)
-    print(f"{len(labels)} {args.sampling} label(s) of {run.label} -> {labels_path(root)}")
+    keys = {record_key(run.manifest.spec.name, r) for r in run}
+    matched = sum(1 for label in labels if label.key in keys)
+    print(
+        f"{len(labels)} {args.sampling} label(s) of {run.label} -> {labels_path(root)}; "
+        f"{matched} match a response of this run, {len(labels) - matched} do not (labelled "
+        "answers that differ from this run's)"
+    )
     return EXIT_OK
 
 

@@ -1,14 +1,16 @@
 """Label files a person edits (`gradetrail labels import/export`): CSV or JSON Lines,
 one row per sample, columns `id`, `repeat`, `label` (`pass`/`fail`, empty: unlabelled),
-optional `scorer` and `note`; other columns (an export's `prompt` and `response`) are
-there to read and are ignored. The format follows the file's suffix: `.jsonl`/`.json`
-is JSON Lines, anything else CSV."""
+optional `scorer`, `note` and `response`: the text the person read (an export writes it).
+With a response, the label is of that text and applies to a run's record only where the
+record answered exactly so; without, it is of the run's response. Other columns (an
+export's `prompt`) are there to read and are ignored. The format follows the file's
+suffix: `.jsonl`/`.json` is JSON Lines, anything else CSV."""
 
 import csv
 import io
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,9 @@ class Row:
     label: str  # "pass", "fail" or "" (unlabelled)
     scorer: str | None
     note: str
+    # The response the person read, when the file says (an export, a shipped label
+    # file): the label is of that text, and applies to a run only where it answered so.
+    response: str | None = None
 
 
 def is_jsonl(path: Path) -> bool:
@@ -88,6 +93,7 @@ def _row(path: Path, number: int, raw: dict[str, Any]) -> Row:
         label=label,
         scorer=str(scorer) if scorer not in (None, "") else None,
         note=str(raw.get("note") or ""),
+        response=str(raw["response"]) if raw.get("response") not in (None, "") else None,
     )
 
 
@@ -151,6 +157,10 @@ def labels_from_rows(
         if row.scorer is not None and row.scorer not in known_scorers:
             fail("scorer", f"the run has no scorer {row.scorer!r}")
             continue
+        if row.response is not None:
+            # The text the person read: where the run answered differently, the label is
+            # kept but applies to no record of this run (calibrate counts it unmatched).
+            record = replace(record, response=row.response)
         labels.append(
             label_for(
                 record,
