@@ -340,7 +340,6 @@ def calibrate(
             high=every.high * scale,
             method=f"{WILSON} (every answered record labelled)",
         )
-        needed = n_random
     if corrected is None:
         selected = len(truth) - n_random
         why = (
@@ -430,7 +429,9 @@ def format_calibration(c: Calibration) -> str:
         lines.append(f"  corrected pass rate: {c.corrected_pass_rate.format()}")
     else:
         lines.append(f"  corrected pass rate: not shown: {c.why_uncorrected}")
-    if c.labels_needed is None:
+    if c.corrected_pass_rate is not None and c.corrected_pass_rate.method != PPI_METHOD:
+        lines.append("  every answered record is labelled: no label left to add")
+    elif c.labels_needed is None:
         lines.append(
             f"  labels for a {c.target_width:g}-wide interval: out of reach by labels alone"
         )
