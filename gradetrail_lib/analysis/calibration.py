@@ -510,3 +510,73 @@ def corrected_difference(
         method="ppi++-mean difference, independent normal (conservative)",
         warning=ra.warning or rb.warning,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectedComparison:
+    """Two runs' corrected pass rates on one judge scorer and B - A; `why_not` says why
+    there is no difference (a run without enough random labels)."""
+
+    scorer: str
+    a: Calibration | None
+    b: Calibration | None
+    difference: Figure | None
+    why_not: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        def side(c: Calibration | None) -> dict[str, Any] | None:
+            return c.to_json()["corrected_pass_rate"] if c is not None else None
+
+        return {
+            "scorer": self.scorer,
+            "a": side(self.a),
+            "b": side(self.b),
+            "difference": self.difference.to_json() if self.difference else None,
+            "why_not": self.why_not,
+        }
+
+    def format(self, labels: tuple[str, str]) -> str:
+        def side(c: Calibration | None) -> str:
+            if c is None:
+                return "no labels"
+            if c.corrected_pass_rate is None:
+                return f"not shown ({c.why_uncorrected})"
+            return c.corrected_pass_rate.format()
+
+        lines = [
+            f"Corrected pass rate, judge {self.scorer} (human labels, PPI++):",
+            f"  A [{labels[0]}]: {side(self.a)}",
+            f"  B [{labels[1]}]: {side(self.b)}",
+        ]
+        if self.difference is not None:
+            lines.append(f"  B - A: {self.difference.format()}")
+        else:
+            lines.append(f"  B - A: not compared: {self.why_not}")
+        return "\n".join(lines)
+
+
+def compare_corrected(
+    run_a: Path,
+    run_b: Path,
+    scorer: str,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> CorrectedComparison:
+    found = []
+    for run_dir in (run_a, run_b):
+        calibrated = calibrate_run(
+            run_dir, scorers=[scorer], threshold=threshold, confidence=confidence
+        )
+        found.append(calibrated[0] if calibrated else None)
+    a, b = found
+    difference = corrected_difference(a, b, confidence) if a and b else None
+    why = None
+    if difference is None:
+        missing = [
+            name
+            for name, c in (("A", a), ("B", b))
+            if c is None or c.corrected_pass_rate is None
+        ]
+        why = f"run {' and '.join(missing)} has no corrected pass rate"
+    return CorrectedComparison(scorer=scorer, a=a, b=b, difference=difference, why_not=why)

@@ -31,17 +31,17 @@ KEYS = [
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, str]]:
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, Path]]:
     where = tmp_path_factory.mktemp("labels")
     server = start_server()
     try:
         base_url = f"{server.base_url}/v1"
         write_dataset(where / "data" / "add.jsonl", N)
         spec = write_spec(
-            where / "add.yaml", base_url, ["fake-bad"], scorers=multi_scorers(base_url)
+            where / "add.yaml", base_url, ["fake-bad", "fake-good"], scorers=multi_scorers(base_url)
         )
-        run_dir = run_spec(spec, where)["fake-bad"]
-        yield where, run_dir, base_url
+        dirs = run_spec(spec, where)
+        yield where, dirs["fake-bad"], dirs["fake-good"]
     finally:
         server.stop()
 
@@ -63,7 +63,7 @@ def cli(*args: str, cwd: Path) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-def test_bad_rows_are_named_and_nothing_is_written(project: tuple[Path, Path, str]) -> None:
+def test_bad_rows_are_named_and_nothing_is_written(project: tuple[Path, Path, Path]) -> None:
     where, run_dir, _ = project
     bad = write_labels(
         where / "bad.csv", ["s001", "s002"], "s003,0,maybe,\ns999,0,pass,\ns004,x,pass,\n"
@@ -80,7 +80,7 @@ def test_bad_rows_are_named_and_nothing_is_written(project: tuple[Path, Path, st
     assert not labels_path(run_dir.parent).exists()
 
 
-def test_calibrate_equals_the_reference_implementations(project: tuple[Path, Path, str]) -> None:
+def test_calibrate_equals_the_reference_implementations(project: tuple[Path, Path, Path]) -> None:
     where, run_dir, _ = project
     # Selected labels first: they count in the confusion matrix, never in the correction.
     code, out, err = cli("calibrate", str(run_dir), cwd=where)
@@ -162,3 +162,37 @@ def test_calibrate_equals_the_reference_implementations(project: tuple[Path, Pat
     code, out, err = cli("labels", "import", str(exported), "--run", str(run_dir), cwd=where)
     assert code == 0, err
     assert len(read_labels(run_dir.parent)) == before
+
+
+def test_gate_require_kappa_and_compare_corrected(project: tuple[Path, Path, Path]) -> None:
+    where, bad_dir, good_dir = project
+    gate = ["gate", str(good_dir), "--baseline", str(good_dir), "--scorer", "judge"]
+    randoms = [f"s{i:03d}" for i in range(0, 40)]
+    labels = write_labels(where / "good.csv", randoms)
+    code, out, err = cli("labels", "import", str(labels), "--run", str(good_dir), cwd=where)
+    assert code == 0, err
+    code, out, err = cli("calibrate", str(good_dir), "--scorer", "judge", "--json", cwd=where)
+    assert code == 0, err
+    kappa = json.loads(out)["judge"]["kappa"]["value"]
+    code, out, err = cli(*gate, "--require-kappa", f"{kappa + 0.01:.4f}", cwd=where)
+    assert code == 2 and "not gated: judge scorer 'judge' agrees with people at kappa" in err
+    code, out, err = cli(*gate, "--require-kappa", f"{kappa - 0.01:.4f}", cwd=where)
+    assert code == 0, err
+    # A scorer that is no judge has nothing to check.
+    code, out, err = cli(
+        "gate", str(good_dir), "--baseline", str(good_dir), "--require-kappa", "0.99", cwd=where
+    )
+    assert code == 0, err
+
+    code, out, err = cli("compare", str(bad_dir), str(good_dir), "--corrected", "--json", cwd=where)
+    assert code == 0, err
+    (corrected,) = json.loads(out)["corrected"]
+    rates = []
+    for run_dir in (bad_dir, good_dir):
+        code, single, err = cli("calibrate", str(run_dir), "--scorer", "judge", "--json", cwd=where)
+        rates.append(json.loads(single)["judge"]["corrected_pass_rate"])
+    assert corrected["a"] == rates[0] and corrected["b"] == rates[1]
+    assert corrected["difference"]["value"] == pytest.approx(rates[1]["value"] - rates[0]["value"])
+    assert corrected["difference"]["low"] < corrected["difference"]["value"]
+    code, out, err = cli("compare", str(bad_dir), str(good_dir), "--corrected", cwd=where)
+    assert code == 0 and "Corrected pass rate, judge judge" in out and "B - A: " in out
