@@ -456,12 +456,17 @@ def calibrated_line(c: Calibration) -> str:
     )
 
 
-def summary_lines(run_dir: Path) -> list[str]:
-    """`Calibrated:` lines for the judges of a run that have labels (none without a
-    labels file beside the run)."""
+def run_calibrations(run_dir: Path) -> list[Calibration]:
+    """The judges of a run that have labels (none, nothing read, without a labels file
+    beside the run)."""
     if not labels_path(Path(run_dir).parent).is_file():
         return []
-    return [calibrated_line(c) for c in calibrate_run(run_dir)]
+    return calibrate_run(run_dir)
+
+
+def summary_lines(run_dir: Path) -> list[str]:
+    """`Calibrated:` lines for the judges of a run that have labels."""
+    return [calibrated_line(c) for c in run_calibrations(run_dir)]
 
 
 def kappa_refusal(run_dir: Path, scorer: str, minimum: float) -> str | None:
