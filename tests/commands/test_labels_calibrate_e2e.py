@@ -196,3 +196,38 @@ def test_gate_require_kappa_and_compare_corrected(project: tuple[Path, Path, Pat
     assert corrected["difference"]["low"] < corrected["difference"]["value"]
     code, out, err = cli("compare", str(bad_dir), str(good_dir), "--corrected", cwd=where)
     assert code == 0 and "Corrected pass rate, judge judge" in out and "B - A: " in out
+
+
+def test_report_and_viewer_show_the_calibration(project: tuple[Path, Path, Path]) -> None:
+    """Side by side in the report's run section and on the viewer's run page: kappa,
+    sensitivity, specificity, the judge's and the corrected pass rate, as calibrate has
+    them (labels from the tests above, or attached here when run alone)."""
+    import html
+
+    import httpx
+
+    from gradetrail_lib.analysis.calibration import calibrate_run
+    from tests.support.viewer_server import Background
+
+    where, bad_dir, _ = project
+    if not calibrate_run(bad_dir):
+        labels = write_labels(where / "alone.csv", [f"s{i:03d}" for i in range(40)])
+        assert cli("labels", "import", str(labels), "--run", str(bad_dir), cwd=where)[0] == 0
+    (expected,) = calibrate_run(bad_dir)
+    figures = [
+        expected.kappa.format(),
+        expected.sensitivity.format(),
+        expected.specificity.format(),
+        expected.judge_pass_rate.format(),
+    ]
+    report = where / "report.html"
+    code, _, err = cli("report", str(bad_dir), "--output", str(report), cwd=where)
+    assert code == 0, err
+    text = html.unescape(report.read_text())
+    assert "Judges against human labels" in text
+    assert all(f in text for f in figures)
+    with Background(bad_dir.parent) as url:
+        page = httpx.get(f"{url}/run/{bad_dir.name}", timeout=30)
+    assert page.status_code == 200
+    shown = html.unescape(page.text)
+    assert 'class="calibration"' in shown and all(f in shown for f in figures)
