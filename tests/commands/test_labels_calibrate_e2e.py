@@ -147,6 +147,15 @@ def test_calibrate_equals_the_reference_implementations(project: tuple[Path, Pat
     code, out2, err = cli("calibrate", str(again), "--scorer", "judge", "--json", cwd=where)
     assert code == 0, err
     assert json.loads(out2) == json.loads(out)
+    # ...whose summary says how the judge fared.
+    code, summary, err = cli(
+        "run", "add.yaml", "--model", "fake-bad", "--cache", str(where / "cache.duckdb"),
+        "--results", str(where / "results"), cwd=where,
+    )  # fmt: skip
+    assert code == 0, err
+    (line,) = [x for x in summary.splitlines() if x.startswith("Calibrated: judge:")]
+    assert "60 human labels (40 random)" in line and "corrected pass rate" in line
+    assert f"{result['kappa']['value']:.3f}" in line
 
     # Export: every sample, its label where it has one.
     exported = where / "export.csv"
