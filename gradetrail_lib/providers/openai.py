@@ -8,6 +8,7 @@ PROVIDER = Provider(
     adapter=openai_chat.OpenAIChatAdapter(),
     base_url="https://api.openai.com/v1",
     key_env="OPENAI_API_KEY",
+    refused_params=openai_chat.REFUSED_PARAMS,
     key_required=True,
     listing=openai_chat.LISTING,
 )
