@@ -4,7 +4,8 @@ optional `scorer`, `note` and `response`: the text the person read (an export wr
 With a response, the label is of that text and applies to a run's record only where the
 record answered exactly so; without, it is of the run's response. Other columns (an
 export's `prompt`) are there to read and are ignored. The format follows the file's
-suffix: `.jsonl`/`.json` is JSON Lines, anything else CSV."""
+suffix: `.jsonl`/`.json` is JSON Lines, anything else CSV. A CSV cell that starts with
+a quote has it dropped (an export quotes cells a spreadsheet would run as formulas)."""
 
 import csv
 import io
@@ -27,6 +28,11 @@ from gradetrail_lib.labels import (
 from gradetrail_lib.results.trace import TraceRecord
 
 COLUMNS = ("id", "repeat", "label", "scorer", "note")
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection: a
+# response "=HYPERLINK(...)" would become a live link). An exported CSV cell that starts
+# with one, or with the quote itself, gets a quote in front, which the spreadsheet shows
+# as text; importing a CSV drops one leading quote again, so the text round-trips.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "'")
 EXPORT_COLUMNS = (*COLUMNS, "prompt", "response")
 
 
@@ -65,7 +71,15 @@ def _raw_rows(path: Path, text: str) -> Iterator[tuple[int, dict[str, Any]]]:
     if missing:
         raise InputError(str(path), 1, None, f"missing column(s): {', '.join(missing)}")
     for row in reader:
-        yield reader.line_num, row
+        yield reader.line_num, {k: _unquote(v) for k, v in row.items()}
+
+
+def _quote(cell: Any) -> Any:
+    return f"'{cell}" if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell
+
+
+def _unquote(cell: Any) -> Any:
+    return cell[1:] if isinstance(cell, str) and cell.startswith("'") else cell
 
 
 def _row(path: Path, number: int, raw: dict[str, Any]) -> Row:
@@ -209,4 +223,4 @@ def write_rows(rows: Iterable[dict[str, Any]], out: io.TextIOBase | Any, *, json
         return
     writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({k: _quote(v) for k, v in row.items()} for row in rows)

@@ -158,3 +158,37 @@ def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
         w.join()
         assert w.exitcode == 0
     assert len(read_labels(tmp_path)) == 200
+
+
+def test_an_exported_csv_runs_no_formula_and_round_trips(tmp_path: Path) -> None:
+    """A response or id a spreadsheet would run as a formula is exported quoted, and
+    importing the file gives back the very text (so its hash, so its label)."""
+    import csv
+
+    from gradetrail_lib.labels import LabelLookup
+    from gradetrail_lib.labels.files import export_rows, labels_from_rows, read_rows, write_rows
+
+    hostile = [
+        record("=cmd|' /C calc'!A0", 1.0, response='=HYPERLINK("http://x","y")'),
+        record("-2", 1.0, response="+1"),
+        record("'quoted", 1.0, response="'already quoted"),
+        record("plain", 1.0, response="Paris"),
+    ]
+    path = tmp_path / "out.csv"
+    with open(path, "w", newline="") as out:
+        write_rows(export_rows(hostile, "spec", LabelLookup({})), out, jsonl=False)
+    cells = list(csv.DictReader(path.open(newline="")))
+    assert [c["response"] for c in cells] == [
+        "'=HYPERLINK(\"http://x\",\"y\")", "'+1", "''already quoted", "Paris",
+    ]  # fmt: skip
+    assert not any(v.startswith(("=", "+", "-", "@")) for c in cells for v in c.values())
+    text = path.read_text().replace(",,,", ",pass,,", 4)  # label every row
+    path.write_text(text)
+    rows = read_rows(path)
+    assert [r.id for r in rows] == [r.id for r in hostile]
+    labels = labels_from_rows(
+        rows, hostile, path=path, spec="spec", scorers=["s"], sampling="random", labeller="x"
+    )
+    assert [lbl.response_sha256 for lbl in labels] == [
+        response_hash(r.response or "") for r in hostile
+    ]
