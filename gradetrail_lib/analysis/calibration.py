@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from gradetrail_lib.analysis.stats.intervals import wilson_bounds
-from gradetrail_lib.labels import LabelLookup, labels_for_run, labels_path, read_labels
+from gradetrail_lib.labels import LabelLookup, labels_path, read_labels, record_key
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from gradetrail_lib.results.runs import load_run
 
@@ -387,24 +387,29 @@ def calibrate_run(
     if lookup is None:
         lookup = read_labels(run_dir.parent)
     names = list(scorers) if scorers is not None else judge_scorers(run_dir)
+    spec = run.manifest.spec.name
+    verdicts: dict[str, list[Verdict]] = {name: [] for name in names}
+    for record in run:  # one read of the records for every scorer
+        key = record_key(spec, record)
+        for name in names:
+            label = lookup.get(key, name) if key is not None else None
+            verdicts[name].append(
+                Verdict(
+                    judged=record.passes(name, threshold),
+                    answered=record.answered,
+                    label=None if label is None else label.passed,
+                    random=label is not None and label.sampling == "random",
+                )
+            )
     found = []
     for name in names:
-        verdicts = [
-            Verdict(
-                judged=record.passes(name, threshold),
-                answered=record.answered,
-                label=None if label is None else label.passed,
-                random=label is not None and label.sampling == "random",
-            )
-            for record, label in labels_for_run(run_dir, lookup, name)
-        ]
-        matched = sum(1 for v in verdicts if v.label is not None)
+        matched = sum(1 for v in verdicts[name] if v.label is not None)
         if matched == 0:
             continue
-        of_spec = len(lookup.of_spec(run.manifest.spec.name, name))
+        of_spec = len(lookup.of_spec(spec, name))
         found.append(
             calibrate(
-                verdicts,
+                verdicts[name],
                 scorer=name,
                 unmatched=max(0, of_spec - matched),
                 confidence=confidence,
