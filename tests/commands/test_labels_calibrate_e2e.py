@@ -240,3 +240,24 @@ def test_report_and_viewer_show_the_calibration(project: tuple[Path, Path, Path]
     assert page.status_code == 200
     shown = html.unescape(page.text)
     assert 'class="calibration"' in shown and all(f in shown for f in figures)
+
+
+def test_a_malformed_labels_file_is_named_by_line(
+    project: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """calibrate and export refuse a damaged labels file, naming the line (import only
+    appends: it never reads the file)."""
+    import shutil
+
+    where, bad_dir, _ = project
+    root = tmp_path / "results"
+    shutil.copytree(bad_dir, root / bad_dir.name)
+    run_dir = root / bad_dir.name
+    labels_path(root).write_text('{"spec": "add"}\n')
+    code, _, err = cli("calibrate", str(run_dir), cwd=where)
+    assert code == 2 and f"{labels_path(root)}:1: " in err
+    good = write_labels(tmp_path / "ok.csv", ["s001"])
+    code, _, err = cli("labels", "import", str(good), "--run", str(run_dir), cwd=where)
+    assert code == 0, err  # import appends; it does not need to read the file
+    code, _, err = cli("labels", "export", "--run", str(run_dir), cwd=where)
+    assert code == 2 and f"{labels_path(root)}:1: " in err
