@@ -68,6 +68,8 @@ def _pair(pairing: Pairing) -> dict[str, Any]:
         "paired_p": result.p_value,
         "verdict": result.verdict,
         "winner": pairing.winner,
+        # The smallest difference the pair could detect with 80 % power (see stats.power).
+        "minimum_detectable_effect": result.mde,
     }
 
 
