@@ -70,6 +70,7 @@ def import_command(args: argparse.Namespace) -> int:
         labeller=args.labeller or default_labeller(),
     )
     root = args.run.resolve().parent
+    read_labels(root)  # a damaged labels file is named (file:line) before a line is added
     append_labels(root, labels)
     keys = {record_key(run.manifest.spec.name, r) for r in run}
     matched = sum(1 for label in labels if label.key in keys)

@@ -245,8 +245,8 @@ def test_report_and_viewer_show_the_calibration(project: tuple[Path, Path, Path]
 def test_a_malformed_labels_file_is_named_by_line(
     project: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
-    """calibrate and export refuse a damaged labels file, naming the line (import only
-    appends: it never reads the file)."""
+    """calibrate, export and import refuse a damaged labels file, naming the line; import
+    adds nothing to it."""
     import shutil
 
     where, bad_dir, _ = project
@@ -258,6 +258,7 @@ def test_a_malformed_labels_file_is_named_by_line(
     assert code == 2 and f"{labels_path(root)}:1: " in err
     good = write_labels(tmp_path / "ok.csv", ["s001"])
     code, _, err = cli("labels", "import", str(good), "--run", str(run_dir), cwd=where)
-    assert code == 0, err  # import appends; it does not need to read the file
+    assert code == 2 and f"{labels_path(root)}:1: " in err
+    assert labels_path(root).read_text() == '{"spec": "add"}\n'
     code, _, err = cli("labels", "export", "--run", str(run_dir), cwd=where)
     assert code == 2 and f"{labels_path(root)}:1: " in err
