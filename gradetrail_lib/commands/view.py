@@ -5,11 +5,11 @@ the command runs."""
 
 import argparse
 import contextlib
-import getpass
 import sys
 from pathlib import Path
 
 from gradetrail_lib.errors import UsageError
+from gradetrail_lib.labels import default_labeller
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 EXIT_OK = 0
@@ -61,7 +61,7 @@ def view_command(args: argparse.Namespace) -> int:
     from gradetrail_lib.viewer.app import check_loopback, serve
 
     check_loopback(args.host)
-    labeller = args.labeller or _login()
+    labeller = args.labeller or default_labeller()
     if args.labeller is not None and not args.labeller.strip():
         raise UsageError("--labeller must not be empty")
     mode = f"labelling as {labeller!r}" if args.labels else "read-only"
@@ -73,10 +73,3 @@ def view_command(args: argparse.Namespace) -> int:
         serve(root, args.host, args.port, on_ready=ready, labels=args.labels, labeller=labeller)
     print("viewer stopped", file=sys.stderr)
     return EXIT_OK
-
-
-def _login() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no login name (a container's numeric user)
-        return "viewer"

@@ -33,10 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 import numpy as np
 
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.results.trace import Manifest, TraceRecord
-from gradetrail_lib.viewer import links
-from gradetrail_lib.viewer.index import RunIndex, signature
-from gradetrail_lib.viewer.label_store import (
+from gradetrail_lib.labels import (
     Label,
     LabelKey,
     LabelLookup,
@@ -46,6 +43,9 @@ from gradetrail_lib.viewer.label_store import (
     read_labels,
     response_hash,
 )
+from gradetrail_lib.results.trace import Manifest, TraceRecord
+from gradetrail_lib.viewer import links
+from gradetrail_lib.viewer.index import RunIndex, signature
 
 MAX_BODY = 64 * 1024
 MAX_NOTE = 4000
