@@ -400,3 +400,33 @@ def test_a_label_is_about_the_whole_response_and_never_a_damaged_line(
     before = tree(runs.root)
     damaged = post(url, name, fields | {"id": "q004", "label": "pass"})
     assert damaged.status_code == 422 and tree(runs.root) == before
+
+
+def test_labels_made_in_the_queue_are_what_calibrate_reads(
+    runs: ViewerRuns, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gradetrail_lib import cli
+
+    root = tmp_path / "results"
+    root.mkdir()
+    shutil.copytree(runs.root / runs.small, root / runs.small)
+    records = {r.id: r for r in runs.records(runs.small)}
+    truth: dict[str, bool] = {}
+    with Background(root, labels=True) as base:
+        queue = label_href(runs.small, {"seed": "9"})
+        for _ in range(len(records)):
+            fields = form_of(httpx.get(base + queue, timeout=30).text)
+            record = records[fields["id"]]
+            truth[record.id] = record.response == str(int(record.id[1:]))  # read, as a person
+            verdict = "pass" if truth[record.id] else "fail"
+            assert post(base, runs.small, fields | {"label": verdict}).status_code == 303
+        done = httpx.get(base + queue, timeout=30).text
+        assert f"{len(records)} of {len(records)} labelled" in done and 'id="queue-done"' in done
+    assert cli.main(["calibrate", str(root / runs.small), "--json"]) == 0
+    judged = json.loads(capsys.readouterr().out)["judged"]
+    assert judged["n_labeled"] == len(records)
+    confusion = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    for sample_id, person in truth.items():
+        judge = records[sample_id].passes("judged")
+        confusion[("t" if judge == person else "f") + ("p" if judge else "n")] += 1
+    assert judged["confusion"] == confusion
