@@ -23,7 +23,6 @@ from gradetrail_lib.viewer.labelling import (
     stratified_order,
 )
 from gradetrail_lib.viewer.pages import TEXT_CAP, BadRequest, Page, Pages, _int
-from gradetrail_lib.viewer.reference import DatasetShelf
 
 HASHES_KEPT = 4
 
@@ -38,7 +37,6 @@ class LabelPages:
     def __init__(self, pages: Pages, desk: LabelDesk) -> None:
         self.pages = pages
         self.desk = desk
-        self.datasets = DatasetShelf()
         self._hashes: OrderedDict[Signature, list[str | None]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -109,7 +107,7 @@ class LabelPages:
                 context |= {
                     "record": record,
                     "view": view,
-                    "reference": self.datasets.reference(m, record.id, TEXT_CAP),
+                    "reference": self.pages.datasets.reference(m, record.id, TEXT_CAP),
                     "references": [
                         Reference(scorer=s, reason=e.reason)
                         for s, e in record.scores.items()

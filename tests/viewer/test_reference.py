@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gradetrail_lib.results.trace import DatasetInfo, Manifest, SpecInfo
-from gradetrail_lib.viewer.links import label_href
+from gradetrail_lib.viewer.links import label_href, sample_href
 from gradetrail_lib.viewer.reference import DatasetShelf
 from tests.support.viewer_runs import MALICIOUS, SMALL, ViewerRuns, make_runs
 from tests.support.viewer_server import Background
@@ -79,8 +79,8 @@ def queue_pages(url: str, run: str) -> dict[str, str]:
     return out
 
 
-def reference_of(html: str) -> dict[str, str]:
-    block = re.search(r'<dd id="queue-reference">(.*?)</dd>', html, flags=re.S)
+def reference_of(html: str, where: str = r'<dd id="queue-reference">(.*?)</dd>') -> dict[str, str]:
+    block = re.search(where, html, flags=re.S)
     assert block is not None
     names = re.findall(r'<div class="role mono">([^<]*)</div>', block.group(1))
     texts = re.findall(r'<pre class="reference-field">(.*?)</pre>', block.group(1), flags=re.S)
@@ -145,3 +145,14 @@ def test_a_dataset_is_read_once_per_file_signature_and_a_missing_one_is_named(
         update={"dataset": DatasetInfo(path="hf:org/set:default:test@" + "a" * 40, hash="0")}
     )
     assert "Hugging Face" in (shelf.reference(hf, "q002", 100).problem or "")
+
+
+def test_the_sample_page_shows_the_reference_too(runs: ViewerRuns, url: str) -> None:
+    on_sample = r'<div id="sample-reference">(.*?)</div>\s*<h2>'
+    page = httpx.get(url + sample_href(runs.small, "q005"), timeout=30)
+    assert reference_of(page.text, on_sample)["expected"] == "5"
+    changed = httpx.get(url + sample_href("changed", "q005"), timeout=30)
+    assert "reference unavailable: the dataset file" in changed.text
+    with Background(runs.root) as read_only:  # the plain viewer shows it as well
+        page = httpx.get(read_only + sample_href(runs.small, "q005"), timeout=30)
+        assert reference_of(page.text, on_sample)["expected"] == "5"
