@@ -17,8 +17,10 @@ from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
+from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
+from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, batching
 from gradetrail_lib.engine.plan import Batch, RunPlan, load_spec_dataset
 from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
 from gradetrail_lib.engine.plan import plan as make_plan
@@ -134,6 +136,23 @@ class RunOptions:
     already_sent: Container[str] = frozenset()
     # Samples a batch (default: about 8,192 items).
     batch_samples: int | None = None
+    # Whose cache misses go through provider batch APIs: nobody's, every request's
+    # (targets, then judges), or the targets' only; and how the batches are waited for.
+    batch: BatchMode = "off"
+    batch_options: BatchOptions = field(default_factory=BatchOptions)
+
+
+def batch_backends(
+    cache: Cache | None, backend: Backend, mode: BatchMode, options: BatchOptions
+) -> tuple[Backend, Backend]:
+    """The backends of the targets and of the scorers' calls: `backend` itself, or with
+    `mode` on a sender by batch around it, its batches recorded in the cache file (which
+    is why batch needs the cache file: without it a killed run would pay again)."""
+    if mode == "off":
+        return backend, backend
+    if not isinstance(cache, ResponseCache):
+        raise UsageError("--batch needs the cache file (it records the batches): drop --no-cache")
+    return batching(backend, BatchStore(cache.path), mode, options)
 
 
 def run_model(
@@ -150,6 +169,7 @@ def run_model(
     (`--no-cache`); the run's own answers are held in memory, so it still sends each
     request once."""
     started_at = datetime.now(UTC)
+    target_backend, backend = batch_backends(cache, backend, options.batch, options.batch_options)
     cache = cache if cache is not None else MemoryCache()
     prices = options.prices or load_prices()
     totals = RunTotals(plan.scorer_names)
@@ -168,7 +188,7 @@ def run_model(
     try:
         with RunDirWriter(results_root) as out:
             batches = _batches(
-                plan, cache, options.targets or backend, timings=timings,
+                plan, cache, options.targets or target_backend, timings=timings,
                 progress=options.progress, batch_samples=size, records_for=records_for,
             )  # fmt: skip
             _write(batches, totals, out, timings, execution, spans)
@@ -237,15 +257,17 @@ def fetch_run(
     backend: Backend,
     *,
     progress: Progress | None = None,
+    batch: BatchMode = "off",
+    batch_options: BatchOptions | None = None,
 ) -> FetchedRun:
     """Every response of the plan in the cache (the misses sent), batch by batch. A key
-    an earlier batch sent that a later one finds is neither a cache hit nor a call."""
+    an earlier batch sent that a later one finds is neither a cache hit nor a call.
+    `batch` other than off sends the misses through provider batch APIs."""
+    backend, _ = batch_backends(cache, backend, batch, batch_options or BatchOptions())
     fetched = FetchedRun()
     digest = hashlib.sha256()
     timings: dict[str, float] = {}
-    for batch, responses, _ in _batches(
-        plan, cache, backend, timings=timings, progress=progress
-    ):
+    for part, responses, _ in _batches(plan, cache, backend, timings=timings, progress=progress):
         digest.update(batch_fingerprint(responses).encode())
         fetched.errors.update(responses.errors)
         fetched.calls += responses.calls
@@ -270,7 +292,7 @@ def fetch_run(
             ):
                 fetched.agent[name] = fetched.agent.get(name, 0) + value
         else:
-            fetched.requests += len(batch.unique_requests)
+            fetched.requests += len(part.unique_requests)
             fetched.cache_hits += sum(k not in fetched.sent for k in responses.cache_hits)
             fetched.sent.add(k for k in responses.responses if k not in responses.cache_hits)
     fetched.wall_s = timings.get("cache_lookup", 0.0) + timings.get("responses", 0.0)
