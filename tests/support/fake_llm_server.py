@@ -10,7 +10,9 @@ It speaks real HTTP/1.1 on 127.0.0.1 and imitates these provider endpoints:
   OpenAI: the Chat Completions shape; without ``api-version`` a 404, as Azure answers,
 * ``GET  /v1/models``           -- OpenAI list shape, or the Anthropic one when the
   request carries an ``anthropic-version`` header,
-* ``GET  /v1beta/models``       -- Gemini list shape.
+* ``GET  /v1beta/models``       -- Gemini list shape,
+* the OpenAI, Azure OpenAI and Anthropic batch APIs (``tests.support.fake_batches``,
+  knobs and accounting on :attr:`FakeLLMServer.batches`).
 
 A completion's answer comes from the ``responder``: a function of the request body that
 returns a text, or ``{"text": str, "tool_calls": [{"name": str, "arguments": dict}]}`` to
@@ -70,6 +72,8 @@ from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any
+
+from tests.support.fake_batches import FakeBatches
 
 __all__ = [
     "ANTHROPIC_MESSAGES_PATH",
@@ -474,6 +478,8 @@ class FakeLLMServer:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        # The batch APIs (OpenAI, Azure OpenAI, Anthropic): `tests.support.fake_batches`.
+        self.batches = FakeBatches(self)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -719,6 +725,8 @@ class FakeLLMServer:
     async def _dispatch(
         self, method: str, path: str, headers: dict[str, str], raw: bytes, query: str = ""
     ) -> _Reply:
+        if FakeBatches.handles(path):
+            return await self.batches.dispatch(method, path, headers, raw, query)
         if _api_of(path) is not None:
             if method != "POST":
                 self._count_path(path)
