@@ -28,6 +28,10 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     max_truncation_rate: float = DEFAULTS.max_truncation_rate
     max_judge_error_rate: float = DEFAULTS.max_judge_error_rate
     max_agent_stop_rate: float = DEFAULTS.max_agent_stop_rate
+    batch: str = DEFAULTS.batch
+    batch_timeout_s: float = DEFAULTS.batch_timeout_s
+    batch_poll_s: float = DEFAULTS.batch_poll_s
+    batch_poll_max_s: float = DEFAULTS.batch_poll_max_s
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "GradetrailResource":

@@ -22,7 +22,6 @@ same command again resumes them.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack
@@ -42,6 +41,7 @@ from gradetrail_lib.errors import GradetrailError, UsageError
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ProviderError
 from gradetrail_lib.providers.batch import BatchAPI, BatchResult, BatchStatus, Connection, split
+from gradetrail_lib.settings import DEFAULTS
 
 if TYPE_CHECKING:
     import httpx
@@ -49,10 +49,6 @@ if TYPE_CHECKING:
 BatchMode = Literal["off", "all", "targets"]
 BATCH_MODES: tuple[BatchMode, ...] = ("off", "all", "targets")
 
-# Polls: the first after `poll_s`, each wait 1.5 times the last, at most `poll_max_s`.
-DEFAULT_POLL_S = 5.0
-DEFAULT_POLL_MAX_S = 60.0
-DEFAULT_TIMEOUT_S = 24 * 3600.0
 # Tries of a submission that fails transiently (429, 5xx, a dropped connection).
 SUBMIT_TRIES = 4
 
@@ -74,18 +70,6 @@ def parse_batch_mode(text: str | bool | None) -> BatchMode:
     raise UsageError(f"batch must be off, all or targets, not {text!r}")
 
 
-def poll_settings(env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(first wait, longest wait) between polls, from GRADETRAIL_BATCH_POLL_S and
-    GRADETRAIL_BATCH_POLL_MAX_S (tests make them short)."""
-    env = dict(os.environ) if env is None else env
-    try:
-        first = float(env.get("GRADETRAIL_BATCH_POLL_S") or DEFAULT_POLL_S)
-        most = float(env.get("GRADETRAIL_BATCH_POLL_MAX_S") or DEFAULT_POLL_MAX_S)
-    except ValueError as exc:
-        raise UsageError(f"GRADETRAIL_BATCH_POLL_S / _MAX_S: {exc}") from None
-    return first, max(first, most)
-
-
 class BatchesPending(GradetrailError):
     """The batches did not end within `--batch-timeout`: they keep running."""
 
@@ -96,9 +80,12 @@ def _silent(_message: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class BatchOptions:
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    poll_s: float = DEFAULT_POLL_S
-    poll_max_s: float = DEFAULT_POLL_MAX_S
+    """How a run waits for its batches (`Settings.batch_*`: GRADETRAIL_BATCH_TIMEOUT_S,
+    GRADETRAIL_BATCH_POLL_S, GRADETRAIL_BATCH_POLL_MAX_S)."""
+
+    timeout_s: float = DEFAULTS.batch_timeout_s
+    poll_s: float = DEFAULTS.batch_poll_s
+    poll_max_s: float = DEFAULTS.batch_poll_max_s
     # Where the runner's lines go (the model's way of sending, batch ids, progress).
     notify: Callable[[str], None] = _silent
     # The HTTP client's transport (tests); None: the network.
@@ -343,6 +330,8 @@ class BatchSender:
             flights = self._submit(again + leftover, on_result, unanswered) if unanswered else []
 
     def _wait(self, flights: list[_Flight], deadline: float) -> None:
+        """Polls until every batch has ended: the first pause `poll_s`, each 1.5 times
+        the last, at most `poll_max_s`."""
         pause = self.options.poll_s
         while True:
             for flight in flights:
@@ -573,5 +562,4 @@ __all__ = [
     "batching",
     "cancel_batch",
     "parse_batch_mode",
-    "poll_settings",
 ]

@@ -1,0 +1,266 @@
+"""`run --batch`: a run's cache misses go through the fake server's batch APIs (the
+target on Anthropic's, the judge on OpenAI's), the answers land in the cache, and a
+re-run, an error row, an expired batch and a request whose provider has no batch API
+each go the way the issue says. The killed-process cases are in test_batch_kill.py."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradetrail_lib.backends import build_backend
+from gradetrail_lib.cache.batches import BatchStore
+from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, BatchesPending
+from gradetrail_lib.engine.plan import plan
+from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
+from gradetrail_lib.spec.spec import load_spec
+from tests.conftest import run_cli
+from tests.support.fake_llm_server import FakeLLMServer, default_responder
+
+N = 6
+TARGET, JUDGE = "claude-haiku-4-5", "judge-1"
+
+
+def responder(body: dict[str, Any]) -> str:
+    return "GRADE: C" if body.get("model") == JUDGE else default_responder(body)
+
+
+def project(tmp_path: Path, base_url: str, judge_provider: str = "openai") -> Path:
+    """N distinct additions, an Anthropic target and a judge (OpenAI by default)."""
+    (tmp_path / "data").mkdir(exist_ok=True)
+    with open(tmp_path / "data" / "add.jsonl", "w") as out:
+        for i in range(N):
+            out.write(
+                json.dumps({"id": f"s{i}", "a": i, "b": 1000, "answer": str(i + 1000)}) + "\n"
+            )
+    (tmp_path / "judge.j2").write_text(
+        "Reference: {{ answer }}\nResponse: {{ response }}\nEnd with GRADE: C or GRADE: I.\n"
+    )
+    spec = tmp_path / "add.yaml"
+    spec.write_text(
+        "name: add\ndataset: {path: data/add.jsonl}\nprompt: 'Q: {{ a }} + {{ b }}'\n"
+        f"model: {{provider: anthropic, name: {TARGET}, "
+        f'base_url: "{base_url}/v1", api_key_env: GT_KEY}}\n'
+        "params: {temperature: 0, max_tokens: 16}\n"
+        "scorers:\n"
+        "  - {name: sum, type: numeric}\n"
+        "  - name: judged\n"
+        "    type: judge\n"
+        "    prompt_file: judge.j2\n"
+        f"    model: {{provider: {judge_provider}, name: {JUDGE}, "
+        f'base_url: "{base_url}/v1", api_key_env: GT_KEY}}\n'
+        "    params: {temperature: 0, max_tokens: 8}\n"
+    )
+    return spec
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("GT_KEY", "sk-fake-not-a-secret")
+    with FakeLLMServer(responder=responder) as srv:
+        srv.batches.delay_s = 0.1
+        yield srv
+
+
+def run(
+    tmp_path: Path,
+    spec: Path,
+    mode: BatchMode,
+    notes: list[str] | None = None,
+    timeout_s: float = 60.0,
+    cache_name: str = "c.duckdb",
+) -> CompletedRun:
+    loaded = load_spec(spec)
+    options = RunOptions(
+        batch=mode,
+        batch_options=BatchOptions(
+            poll_s=0.02,
+            poll_max_s=0.05,
+            timeout_s=timeout_s,
+            notify=(notes.append if notes is not None else lambda _line: None),
+        ),
+    )
+    return run_model(
+        plan(loaded, loaded.spec.models[0]),
+        ResponseCache(tmp_path / cache_name),
+        build_backend("local", concurrency=2),
+        tmp_path / "results",
+        options,
+    )
+
+
+def test_run_batch_sends_the_target_then_the_judge_by_batch_and_caches_every_answer(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    notes: list[str] = []
+    done = run(tmp_path, spec, "all", notes)
+    assert server.calls == 0, "nothing went the synchronous way"
+    batches = list(server.batches.batches.values())
+    assert [b.api for b in batches] == ["anthropic", "openai"]  # the target's, then the judge's
+    assert [len(b.lines) for b in batches] == [N, N]
+    assert len(server.batches.submitted) == len(set(server.batches.submitted)) == 2 * N
+    records = done.records
+    assert all(r.score_of("sum") == 1.0 and r.score_of("judged") == 1.0 for r in records)
+    assert done.manifest.target.calls == N and done.manifest.judge.calls == N
+    assert f"model anthropic/{TARGET}: sent by batch" in notes
+    assert f"model openai/{JUDGE}: sent by batch" in notes
+    assert any(line.startswith("batches: ") and f"{N}/{N} done" in line for line in notes)
+    # Every answer is in the cache: a re-run sends nothing, by batch or otherwise.
+    assert ResponseCache(tmp_path / "c.duckdb").count() == 2 * N
+    again = run(tmp_path, spec, "all")
+    assert len(server.batches.batches) == 2 and server.calls == 0
+    assert again.manifest.target.cache_hits == N and again.manifest.judge.cache_hits == N
+    states = [
+        (r.provider, r.state, r.done, r.total) for r in BatchStore(tmp_path / "c.duckdb").all()
+    ]
+    assert states == [("anthropic", "ended", N, N), ("openai", "ended", N, N)]
+
+
+def test_batch_targets_sends_the_judge_the_ordinary_way(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    done = run(tmp_path, spec, "targets")
+    assert [b.api for b in server.batches.batches.values()] == ["anthropic"]
+    assert server.calls == N  # the judge's, one by one
+    assert all(r.score_of("judged") == 1.0 for r in done.records)
+
+
+def test_a_model_whose_provider_has_no_batch_api_goes_the_ordinary_way_said_once(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url, judge_provider="openai_compatible")
+    notes: list[str] = []
+    done = run(tmp_path, spec, "all", notes)
+    assert [b.api for b in server.batches.batches.values()] == ["anthropic"]
+    assert server.calls == N
+    said = [n for n in notes if "openai_compatible" in n]
+    assert said == [
+        f"model openai_compatible/{JUDGE}: provider openai_compatible has no batch API; "
+        "sent the ordinary way"
+    ]
+    assert all(r.score_of("judged") == 1.0 for r in done.records)
+
+
+def test_a_request_the_batch_fails_is_that_samples_provider_error_and_is_not_cached(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    server.batches.error_for = lambda body: (
+        "prompt is too long" if "Q: 2 + 1000" in json.dumps(body) else None
+    )
+    done = run(tmp_path, spec, "all")
+    failed = [r for r in done.records if r.outcome == "provider_error"]
+    assert [r.id for r in failed] == ["s2"]
+    target = failed[0].target
+    assert target is not None and target.error is not None and "prompt is too long" in target.error
+    assert ResponseCache(tmp_path / "c.duckdb").count() == 2 * N - 2  # its answer and judging
+    # The next run sends that request again (alone), as an error is never cached.
+    server.batches.error_for = None
+    before = len(server.batches.submitted)
+    rerun = run(tmp_path, spec, "all")
+    assert len(server.batches.submitted) - before == 2  # s2's target, then its judging
+    assert all(r.outcome == "scored" for r in rerun.records)
+
+
+def test_an_expired_batch_resubmits_only_what_it_did_not_answer(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    server.batches.expire_after = [2]  # the first batch runs 2 of its N, then expires
+    done = run(tmp_path, spec, "all")
+    first, second, judge = server.batches.batches.values()
+    answered = [line["custom_id"] for line in first.lines[:2]]
+    assert [line["custom_id"] for line in second.lines] == [
+        line["custom_id"] for line in first.lines[2:]
+    ]
+    assert not set(answered) & {line["custom_id"] for line in second.lines}
+    assert len(judge.lines) == N
+    assert all(r.outcome == "scored" for r in done.records)
+
+
+def test_how_requests_are_sent_does_not_change_the_run_identity(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    by_batch = run(tmp_path, spec, "all", cache_name="a.duckdb")
+    ordinary = run(tmp_path, spec, "off", cache_name="b.duckdb")
+    assert server.calls == 2 * N  # the second run's
+    assert by_batch.manifest.identity == ordinary.manifest.identity
+    assert [r.response for r in by_batch.records] == [r.response for r in ordinary.records]
+
+
+def test_past_the_batch_timeout_the_run_stops_and_a_rerun_resumes_the_batch(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    server.batches.delay_s = 1.0
+    with pytest.raises(BatchesPending, match="keep running"):
+        run(tmp_path, spec, "all", timeout_s=0.2)
+    assert len(server.batches.batches) == 1
+    assert not (tmp_path / "results").exists() or not any(
+        p for p in (tmp_path / "results").iterdir() if not p.name.startswith(".")
+    )
+    done = run(tmp_path, spec, "all")
+    assert [b.api for b in server.batches.batches.values()] == ["anthropic", "openai"]
+    assert len(server.batches.submitted) == len(set(server.batches.submitted)) == 2 * N
+    assert all(r.outcome == "scored" for r in done.records)
+
+
+def test_batch_with_no_cache_is_refused_and_nothing_is_written(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    cache = tmp_path / "c.duckdb"
+    result = run_cli(
+        "run", str(spec), "--batch", "--no-cache", "--cache", str(cache),
+        "--results", str(tmp_path / "results"), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--batch needs the cache file" in result.stderr and "drop --no-cache" in result.stderr
+    assert not cache.exists() and not (tmp_path / "results").exists()
+    assert server.batches.submitted == [] and server.calls == 0
+
+
+def test_the_cli_runs_by_batch_lists_the_batches_and_cancels_one(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    cache = tmp_path / "c.duckdb"
+    env = {"GRADETRAIL_BATCH": "1", "GRADETRAIL_BATCH_POLL_S": "0.05"}
+    result = run_cli(
+        "run", str(spec), "--cache", str(cache), "--results", str(tmp_path / "results"),
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"model anthropic/{TARGET}: sent by batch" in result.stderr
+    assert server.calls == 0 and len(server.batches.batches) == 2
+    listed = run_cli("batches", "--cache", str(cache), cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 3 and all(" ended " in line for line in lines[1:])
+    assert all(f"{N}/{N}" in line for line in lines[1:])
+    # A batch still running, cancelled by its id.
+    server.batches.delay_s = 60
+    store = BatchStore(cache)
+    result = run_cli(
+        "run", str(spec), "--cache", str(tmp_path / "other.duckdb"), "--batch",
+        "--batch-timeout", "1s", "--results", str(tmp_path / "results2"), cwd=tmp_path,
+        env={"GRADETRAIL_BATCH_POLL_S": "0.05"},
+    )  # fmt: skip
+    assert result.returncode == 1 and "keep running" in result.stderr
+    assert "gradetrail batches --cache" in result.stderr
+    [running] = [r for r in BatchStore(tmp_path / "other.duckdb").all()]
+    assert running.batch_id is not None and running.state == "running"
+    cancelled = run_cli(
+        "batches", "cancel", running.batch_id, "--cache", str(tmp_path / "other.duckdb"),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert server.batches.batches[running.batch_id].cancelled_at is not None
+    [after] = BatchStore(tmp_path / "other.duckdb").all()
+    assert after.state == "cancelled"
+    assert len(store.all()) == 2
