@@ -27,8 +27,10 @@ def responder(body: dict[str, Any]) -> str:
     return "GRADE: C" if body.get("model") == JUDGE else default_responder(body)
 
 
-def project(tmp_path: Path, base_url: str, judge_provider: str = "openai") -> Path:
-    """N distinct additions, an Anthropic target and a judge (OpenAI by default)."""
+def project(
+    tmp_path: Path, base_url: str, judge_provider: str = "openai", target_provider: str = "anthropic"
+) -> Path:
+    """N distinct additions, a target (Anthropic by default) and a judge (OpenAI)."""
     (tmp_path / "data").mkdir(exist_ok=True)
     with open(tmp_path / "data" / "add.jsonl", "w") as out:
         for i in range(N):
@@ -41,7 +43,7 @@ def project(tmp_path: Path, base_url: str, judge_provider: str = "openai") -> Pa
     spec = tmp_path / "add.yaml"
     spec.write_text(
         "name: add\ndataset: {path: data/add.jsonl}\nprompt: 'Q: {{ a }} + {{ b }}'\n"
-        f"model: {{provider: anthropic, name: {TARGET}, "
+        f"model: {{provider: {target_provider}, name: {TARGET}, "
         f'base_url: "{base_url}/v1", api_key_env: GT_KEY}}\n'
         "params: {temperature: 0, max_tokens: 16}\n"
         "scorers:\n"

@@ -26,7 +26,7 @@ responder, `_completion_reply`). Knobs (change them between batches):
 * ``max_requests``: a batch with more requests is refused (400).
 
 Accounting: ``submitted`` (every custom_id ever submitted, in order), ``batches`` (by id),
-``results_reads``.
+``results_started`` (results requests received) and ``results_reads`` (served).
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ class FakeBatches:
         self.submitted: list[str] = []
         self.batches: dict[str, FakeBatch] = {}
         self.results_reads = 0
+        # Results requests received (counted before `results_delay_s`).
+        self.results_started = 0
         self._files: dict[str, bytes] = {}
         self._seq = 0
         self._lock = threading.Lock()
@@ -292,6 +294,7 @@ class FakeBatches:
             if content is None:
                 return _json_reply(404, {"error": {"message": "No such file"}})
             return _Reply(200, content, "application/octet-stream")
+        self.results_started += 1
         if self.results_delay_s:
             await asyncio.sleep(self.results_delay_s)
         self.results_reads += 1
@@ -372,6 +375,7 @@ class FakeBatches:
             self._settle(batch)
             if batch.results is None:
                 return _json_reply(400, {"type": "error", "error": {"message": "not ended"}})
+            self.results_started += 1
             if self.results_delay_s:
                 await asyncio.sleep(self.results_delay_s)
             self.results_reads += 1
