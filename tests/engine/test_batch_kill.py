@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ import pytest
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.responses import ResponseCache
 from tests.conftest import read_results
-from tests.engine.test_batch_run import N, project, server  # noqa: F401 (a fixture)
+from tests.support.batch_runs import N, project, serve_batches
 from tests.support.fake_llm_server import FakeLLMServer
 
 ENV = {
@@ -23,6 +23,13 @@ ENV = {
     "GRADETRAIL_BATCH_POLL_S": "0.05",
     "GRADETRAIL_BATCH_POLL_MAX_S": "0.1",
 }
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
+    monkeypatch.setenv("GT_KEY", "sk-fake-not-a-secret")
+    with serve_batches() as srv:
+        yield srv
 
 
 def start(tmp_path: Path, spec: Path, results: str = "results") -> subprocess.Popen[str]:
@@ -74,7 +81,7 @@ def assert_paid_once_and_cached(tmp_path: Path, srv: FakeLLMServer) -> None:
 def test_killed_after_the_provider_took_the_batch_before_its_id_was_recorded(
     tmp_path: Path,
     server: FakeLLMServer,
-    target: str,  # noqa: F811
+    target: str,
 ) -> None:
     spec = project(tmp_path, server.base_url, target_provider=target)
     server.batches.hold_create_s = 30  # the batch exists; its id is not answered yet
@@ -91,7 +98,7 @@ def test_killed_after_the_provider_took_the_batch_before_its_id_was_recorded(
     assert_paid_once_and_cached(tmp_path, server)
 
 
-def test_killed_while_polling(tmp_path: Path, server: FakeLLMServer) -> None:  # noqa: F811
+def test_killed_while_polling(tmp_path: Path, server: FakeLLMServer) -> None:
     spec = project(tmp_path, server.base_url)
     server.batches.delay_s = 2.0
     process = start(tmp_path, spec)
@@ -101,7 +108,7 @@ def test_killed_while_polling(tmp_path: Path, server: FakeLLMServer) -> None:  #
     assert_paid_once_and_cached(tmp_path, server)
 
 
-def test_killed_while_downloading_the_results(tmp_path: Path, server: FakeLLMServer) -> None:  # noqa: F811
+def test_killed_while_downloading_the_results(tmp_path: Path, server: FakeLLMServer) -> None:
     spec = project(tmp_path, server.base_url)
     server.batches.results_delay_s = 30
     process = start(tmp_path, spec)
@@ -114,7 +121,7 @@ def test_killed_while_downloading_the_results(tmp_path: Path, server: FakeLLMSer
 
 def test_two_processes_on_one_cache_submit_each_request_once(
     tmp_path: Path,
-    server: FakeLLMServer,  # noqa: F811
+    server: FakeLLMServer,
 ) -> None:
     spec = project(tmp_path, server.base_url)
     server.batches.delay_s = 1.0
