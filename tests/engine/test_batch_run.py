@@ -228,3 +228,22 @@ def test_the_cli_runs_by_batch_lists_the_batches_and_cancels_one(
     [after] = BatchStore(tmp_path / "other.duckdb").all()
     assert after.state == "cancelled"
     assert len(store.all()) == 2
+
+
+def test_a_spec_with_tools_runs_its_steps_the_ordinary_way_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.agents.test_agent import agent
+    from tests.agents.test_agent import project as agent_project
+
+    monkeypatch.setenv("GT_KEY", "sk-fake-not-a-secret")
+    with FakeLLMServer(responder=agent) as srv:
+        spec = agent_project(tmp_path, f"{srv.base_url}/v1", "anthropic")
+        notes: list[str] = []
+        done = run(tmp_path, spec, "all", notes)
+        assert srv.batches.submitted == [] and srv.calls == 2 + 2 + 2 + 2 + 2 + 3
+    assert notes == [
+        "model anthropic/agent-1: the spec has tools: its steps are sent the ordinary way, "
+        "not by batch (each step depends on the answer to the last)"
+    ]
+    assert {r.id: r.outcome for r in done.records}["paris"] == "scored"
