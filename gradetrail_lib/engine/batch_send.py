@@ -122,6 +122,8 @@ class BatchSender:
         self.name = inner.name
         self.concurrency = inner.concurrency
         self._said = said or _Said()
+        # The submissions this sender made (not adopted from another run: not announced).
+        self._own: set[str] = set()
         self._stack = ExitStack()
         self._connections: dict[Endpoint, Connection] = {}
 
@@ -146,6 +148,18 @@ class BatchSender:
         """The wrapped backend, for requests that cannot go by batch, saying why once."""
         self._say_once(model, f"model {model[0]}/{model[1]}: {reason}")
         return self.inner
+
+    def submit_ahead(self, requests: Sequence[ModelRequest]) -> None:
+        """Claims and submits the batch-capable requests now, without waiting: a run whose
+        samples come in several parts submits every part's misses first, so that they all
+        run at the provider at once and `run` finds (adopts) them. A submission refused
+        here is abandoned and tried again, its error reported, by `run`."""
+        by_batch = [r for r in requests if registry.batch_api(r.endpoint.provider) is not None]
+        if not by_batch:
+            return
+        with ExitStack() as stack:
+            self._stack, self._connections = stack, {}
+            self._submit(by_batch, lambda _request, _outcome: None, {r.key for r in by_batch})
 
     def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
         by_batch: list[ModelRequest] = []
@@ -249,6 +263,7 @@ class BatchSender:
                     on_result(by_key[key], error)
                 continue
             self.store.submitted(record.submission, batch_id)
+            self._own.add(record.submission)
             self.options.notify(
                 f"batch {batch_id}: submitted {len(keys)} requests of "
                 f"{endpoint.provider}/{endpoint.model}"
@@ -298,8 +313,11 @@ class BatchSender:
         api = registry.batch_api(endpoint.provider)
         assert api is not None
         flight = _Flight(record=record, api=api, conn=self._conn_of(endpoint), wanted=keys)
-        where = record.batch_id or f"claim {record.submission}"
-        self.options.notify(f"batch {where}: already submitted ({len(keys)} of these requests)")
+        if record.submission not in self._own:
+            where = record.batch_id or f"claim {record.submission}"
+            self.options.notify(
+                f"batch {where}: already submitted ({len(keys)} of these requests)"
+            )
         return flight
 
     # -- waiting and reading

@@ -20,7 +20,7 @@ from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
-from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, batching
+from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, BatchSender, batching
 from gradetrail_lib.engine.plan import Batch, RunPlan, load_spec_dataset
 from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
 from gradetrail_lib.engine.plan import plan as make_plan
@@ -87,6 +87,8 @@ def _batches(
     prepared = False
     done = 0
     timings.setdefault("plan", 0.0)
+    if isinstance(backend, BatchSender) and plan.toolbox is None:
+        _submit_ahead(plan, cache, backend, batch_samples, timings)
     batches = plan.batches(batch_samples)
     while True:
         started = time.perf_counter()  # rendering and keying the batch's requests
@@ -114,6 +116,22 @@ def _batches(
         timings["responses"] = timings.get("responses", 0.0) + responses.wall_s - lookup_s
         done += len(batch.items)
         yield batch, responses, scoring
+
+
+def _submit_ahead(
+    plan: RunPlan,
+    cache: Cache,
+    sender: BatchSender,
+    batch_samples: int | None,
+    timings: dict[str, float],
+) -> None:
+    """By batch, every part's cache misses are submitted before the first part waits:
+    otherwise each part of a large run would wait a provider's turnaround in turn."""
+    started = time.perf_counter()
+    for batch in plan.batches(batch_samples):
+        found = cache.cached_keys(batch.request_keys())
+        sender.submit_ahead([r for k, r in batch.unique_requests.items() if k not in found])
+    timings["responses"] = timings.get("responses", 0.0) + time.perf_counter() - started
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ responder.
 
 Control endpoints (mainly for when the server runs in another process):
 
-* ``GET  /_stats``  -- ``{"calls": n, "calls_by_path": {...}, "max_inflight": m}``
+* ``GET  /_stats``  -- ``{"calls": n, "calls_by_path": {...}, "max_inflight": m,
+  "batch_requests": custom_ids submitted in batches, "batch_duplicates": how many of them
+  were submitted before, "batches": n}``
 * ``POST /_reset``  -- same as :meth:`FakeLLMServer.reset_counts`
 * ``POST /_config`` -- JSON object with any of ``latency_s``, ``models``, ``served_model``,
   ``script`` (list of Fault objects as dicts) and ``fail_always`` (Fault dict or null).
@@ -628,11 +630,15 @@ class FakeLLMServer:
             self._max_inflight = self._inflight
 
     def stats(self) -> dict[str, Any]:
+        submitted = self.batches.submitted
         with self._lock:
             return {
                 "calls": self._calls,
                 "calls_by_path": dict(self._calls_by_path),
                 "max_inflight": self._max_inflight,
+                "batch_requests": len(submitted),
+                "batch_duplicates": len(submitted) - len(set(submitted)),
+                "batches": len(self.batches.batches),
             }
 
     def key_was_sent(self, key: str) -> bool:
@@ -1087,6 +1093,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", default=None, help="comma-separated model ids to list")
     parser.add_argument("--served-model", default=None, help="model name to answer with")
     parser.add_argument(
+        "--batch-delay", type=float, default=0.0, help="seconds a batch takes to process"
+    )
+    parser.add_argument(
         "--responder", default=None, help="module:function answering each request (a Responder)"
     )
     args = parser.parse_args(argv)
@@ -1106,6 +1115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         models=models,
         served_model=args.served_model,
     )
+
+    srv.batches.delay_s = args.batch_delay
 
     def on_ready(server: FakeLLMServer) -> None:
         if args.port_file:
