@@ -106,24 +106,35 @@ class _Flight:
 
 
 @dataclass
-class _Said:
-    models: set[tuple[str, str]] = field(default_factory=set)
+class _Shared:
+    """What a sender and its `limited` copies share: the models whose way was said, the
+    submissions made here, and the batches not read yet (submission -> batch id)."""
+
+    said: set[tuple[str, str]] = field(default_factory=set)
+    own: set[str] = field(default_factory=set)
+    open: dict[str, str] = field(default_factory=dict)
 
 
 class BatchSender:
     """A backend sending batch-capable requests as batches, the rest through `inner`."""
 
     def __init__(
-        self, inner: Backend, store: BatchStore, options: BatchOptions, said: _Said | None = None
+        self,
+        inner: Backend,
+        store: BatchStore,
+        options: BatchOptions,
+        shared: _Shared | None = None,
     ) -> None:
         self.inner = inner
         self.store = store
         self.options = options
         self.name = inner.name
         self.concurrency = inner.concurrency
-        self._said = said or _Said()
+        self._shared = shared or _Shared()
         # The submissions this sender made (not adopted from another run: not announced).
-        self._own: set[str] = set()
+        self._own = self._shared.own
+        # Batches submitted or adopted whose results are not read yet: submission -> id.
+        self._open = self._shared.open
         self._stack = ExitStack()
         self._connections: dict[Endpoint, Connection] = {}
 
@@ -137,7 +148,7 @@ class BatchSender:
 
     def limited(self, max_concurrency: int) -> BatchSender:
         return BatchSender(
-            self.inner.limited(max_concurrency), self.store, self.options, self._said
+            self.inner.limited(max_concurrency), self.store, self.options, self._shared
         )
 
     def describe(self) -> dict[str, object]:
@@ -154,7 +165,7 @@ class BatchSender:
         samples come in several parts submits every part's misses first, so that they all
         run at the provider at once and `run` finds (adopts) them. A submission refused
         here is abandoned and tried again, its error reported, by `run`."""
-        by_batch = [r for r in requests if registry.batch_api(r.endpoint.provider) is not None]
+        by_batch, _rest = self._route(requests)
         if not by_batch:
             return
         with ExitStack() as stack:
@@ -162,6 +173,22 @@ class BatchSender:
             self._submit(by_batch, lambda _request, _outcome: None, {r.key for r in by_batch})
 
     def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
+        by_batch, rest = self._route(requests)
+        if not by_batch:
+            self.inner.run(rest, on_result)
+            return
+        unanswered = {r.key for r in by_batch}
+        with ExitStack() as stack:
+            self._stack, self._connections = stack, {}
+            flights = self._submit(by_batch, on_result, unanswered)
+            if rest:  # meanwhile, while the batches run
+                self.inner.run(rest, on_result)
+            self._wait_and_read(by_batch, flights, on_result, unanswered)
+
+    def _route(
+        self, requests: Sequence[ModelRequest]
+    ) -> tuple[list[ModelRequest], list[ModelRequest]]:
+        """(by batch, the ordinary way), saying once per model which way it goes."""
         by_batch: list[ModelRequest] = []
         rest: list[ModelRequest] = []
         for request in requests:
@@ -177,32 +204,21 @@ class BatchSender:
                     f"model {model[0]}/{model[1]}: provider {endpoint.provider} has no batch "
                     "API; sent the ordinary way",
                 )
-        if not by_batch:
-            self.inner.run(rest, on_result)
-            return
-        unanswered = {r.key for r in by_batch}
-        with ExitStack() as stack:
-            self._stack, self._connections = stack, {}
-            flights = self._submit(by_batch, on_result, unanswered)
-            try:
-                if rest:  # meanwhile, while the batches run
-                    self.inner.run(rest, on_result)
-            except KeyboardInterrupt:
-                self._interrupted(flights)
-                raise
-            self._wait_and_read(by_batch, flights, on_result, unanswered)
+        return by_batch, rest
 
-    def _interrupted(self, flights: list[_Flight]) -> None:
-        if flights:
+    def interrupted(self) -> None:
+        """The run stops (Ctrl-C): says which batches keep running and how to resume."""
+        if self._open:
             self.options.notify(
-                f"interrupted: batches {_ids(flights)} keep running; {self.options.resume_hint}"
+                f"interrupted: batches {', '.join(self._open.values())} keep running; "
+                f"{self.options.resume_hint}"
             )
 
     # -- sending
 
     def _say_once(self, model: tuple[str, str], line: str) -> None:
-        if model not in self._said.models:
-            self._said.models.add(model)
+        if model not in self._shared.said:
+            self._shared.said.add(model)
             self.options.notify(line)
 
     def _conn_of(self, endpoint: Endpoint) -> Connection:
@@ -227,6 +243,8 @@ class BatchSender:
         """Claims the requests no recorded batch carries and submits them; returns every
         batch to wait for (adopted ones included). A submission the provider refuses is
         its requests' error."""
+        from gradetrail_lib.providers.caller import redact
+
         by_key = {r.key: r for r in requests}
         lines: dict[str, bytes] = {}
 
@@ -257,13 +275,15 @@ class BatchSender:
                 batch_id = self._submit_one(api, conn, record, [lines[k] for k in keys])
             except ProviderError as exc:
                 self.store.abandon(record.submission)
-                error = ProviderError("fatal", f"batch not submitted: {exc.message}", exc.status)
+                message = redact(f"batch not submitted: {exc.message}", conn.api_key)
+                error = ProviderError("fatal", message, exc.status)
                 for key in keys:
                     unanswered.discard(key)
                     on_result(by_key[key], error)
                 continue
             self.store.submitted(record.submission, batch_id)
             self._own.add(record.submission)
+            self._open[record.submission] = batch_id
             self.options.notify(
                 f"batch {batch_id}: submitted {len(keys)} requests of "
                 f"{endpoint.provider}/{endpoint.model}"
@@ -313,6 +333,7 @@ class BatchSender:
         api = registry.batch_api(endpoint.provider)
         assert api is not None
         flight = _Flight(record=record, api=api, conn=self._conn_of(endpoint), wanted=keys)
+        self._open[record.submission] = record.batch_id or record.submission
         if record.submission not in self._own:
             where = record.batch_id or f"claim {record.submission}"
             self.options.notify(
@@ -332,11 +353,7 @@ class BatchSender:
         by_key = {r.key: r for r in requests}
         deadline = time.monotonic() + self.options.timeout_s
         while flights:
-            try:
-                self._wait(flights, deadline)
-            except KeyboardInterrupt:
-                self._interrupted(flights)
-                raise
+            self._wait(flights, deadline)
             again: list[ModelRequest] = []
             for flight in flights:
                 not_run = self._read(flight, by_key, unanswered, on_result)
@@ -374,6 +391,8 @@ class BatchSender:
         its owner is gone, the provider is asked whether it took the batch."""
         import httpx
 
+        from gradetrail_lib.providers.caller import redact
+
         record = flight.record
         if record.batch_id is None:
             fresh = self.store.get(record.submission)
@@ -394,6 +413,7 @@ class BatchSender:
                     flight.status = _never_submitted(record)
                     return
                 self.store.submitted(record.submission, found)
+                self._open[record.submission] = found
                 self.options.notify(f"batch {found}: found (its claim's process had died)")
                 flight.record = record = replace(record, batch_id=found)
         assert record.batch_id is not None
@@ -401,7 +421,8 @@ class BatchSender:
             status = flight.api.status(flight.conn, record.batch_id)
         except (ProviderError, httpx.TransportError) as exc:
             if isinstance(exc, ProviderError) and exc.kind == "fatal":
-                raise GradetrailError(f"batch {record.batch_id}: {exc.message}") from exc
+                message = redact(exc.message, flight.conn.api_key)
+                raise GradetrailError(f"batch {record.batch_id}: {message}") from exc
             return  # asked again at the next poll
         flight.status = status
         self.store.update(
@@ -424,6 +445,7 @@ class BatchSender:
         status = flight.status
         assert status is not None
         if status.provider_state == "never_submitted":
+            self._open.pop(flight.record.submission, None)
             return []
         outcomes: dict[str, str] = {}
         seen: set[str] = set()
@@ -434,6 +456,7 @@ class BatchSender:
                 unanswered.discard(key)
                 outcomes[key] = ERROR
             self.store.read(flight.record.submission, outcomes)
+            self._open.pop(flight.record.submission, None)
             return []
         for result in _results(flight):
             key = result.key
@@ -453,6 +476,7 @@ class BatchSender:
             if key not in seen:
                 outcomes[key] = NOT_RUN
         self.store.read(flight.record.submission, outcomes)
+        self._open.pop(flight.record.submission, None)
         return [k for k, v in outcomes.items() if v == NOT_RUN]
 
 

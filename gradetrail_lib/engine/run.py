@@ -217,6 +217,8 @@ def run_model(
             run_dir = out.commit(manifest)
     except BaseException as exc:
         spans.abort(type(exc).__name__)
+        if isinstance(exc, KeyboardInterrupt):
+            _interrupted(target_backend, backend)
         raise
     entry = record_run(results_root, manifest, totals, run_dir, out.fingerprint.hexdigest())
     spans.end(manifest)
@@ -282,6 +284,23 @@ def fetch_run(
     an earlier batch sent that a later one finds is neither a cache hit nor a call.
     `batch` other than off sends the misses through provider batch APIs."""
     backend, _ = batch_backends(cache, backend, batch, batch_options or BatchOptions())
+    try:
+        return _fetch_run(plan, cache, backend, progress)
+    except KeyboardInterrupt:
+        _interrupted(backend)
+        raise
+
+
+def _interrupted(*backends: Backend) -> None:
+    """A Ctrl-C: a sender by batch says which of its batches keep running."""
+    for backend in dict.fromkeys(backends):
+        if isinstance(backend, BatchSender):
+            backend.interrupted()
+
+
+def _fetch_run(
+    plan: RunPlan, cache: Cache, backend: Backend, progress: Progress | None
+) -> FetchedRun:
     fetched = FetchedRun()
     digest = hashlib.sha256()
     timings: dict[str, float] = {}

@@ -4,6 +4,7 @@ again; and two processes on one cache at once. Each time: no custom_id is ever
 submitted twice, and every answer ends in the cache."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -131,3 +132,22 @@ def test_two_processes_on_one_cache_submit_each_request_once(
     assert_paid_once_and_cached(tmp_path, server)
     records = read_results(tmp_path / "results2")
     assert all(r["outcome"] == "scored" for r in records)
+
+
+def test_ctrl_c_while_polling_leaves_the_batch_running_and_says_so(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    server.batches.delay_s = 30
+    process = start(tmp_path, spec)
+    wait_for(lambda: any(s == "running" for _, s in recorded(tmp_path)), "a recorded batch")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    [batch_id] = list(server.batches.batches)
+    assert f"interrupted: batches {batch_id} keep running; run the same command again" in err
+    assert server.batches.batches[batch_id].cancelled_at is None
+    server.batches.batches[batch_id].ends = time.time()  # the provider finishes it
+    server.batches.delay_s = 0.1  # and the judges' batch to come
+    finish(start(tmp_path, spec))
+    assert_paid_once_and_cached(tmp_path, server)
