@@ -35,9 +35,11 @@ def run(
     notes: list[str] | None = None,
     timeout_s: float = 60.0,
     cache_name: str = "c.duckdb",
+    batch_samples: int | None = None,
 ) -> CompletedRun:
     loaded = load_spec(spec)
     options = RunOptions(
+        batch_samples=batch_samples,
         batch=mode,
         batch_options=BatchOptions(
             poll_s=0.02,
@@ -247,3 +249,19 @@ def test_a_spec_with_tools_runs_its_steps_the_ordinary_way_and_says_why(
         "not by batch (each step depends on the answer to the last)"
     ]
     assert {r.id: r.outcome for r in done.records}["paris"] == "scored"
+
+
+def test_a_run_in_parts_submits_every_parts_targets_before_waiting(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    spec = project(tmp_path, server.base_url)
+    server.batches.delay_s = 0.5
+    done = run(tmp_path, spec, "all", batch_samples=2)
+    batches = list(server.batches.batches.values())
+    # Three parts of two samples: the targets' three batches first, at once; then each
+    # part's judging, once its targets are back.
+    assert [b.api for b in batches] == ["anthropic"] * 3 + ["openai"] * 3
+    targets = batches[:3]
+    assert targets[-1].created - targets[0].created < 0.5, "the parts' batches wait in turn"
+    assert len(server.batches.submitted) == len(set(server.batches.submitted)) == 2 * N
+    assert all(r.outcome == "scored" for r in done.records)
