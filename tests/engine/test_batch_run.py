@@ -265,3 +265,25 @@ def test_a_run_in_parts_submits_every_parts_targets_before_waiting(
     assert targets[-1].created - targets[0].created < 0.5, "the parts' batches wait in turn"
     assert len(server.batches.submitted) == len(set(server.batches.submitted)) == 2 * N
     assert all(r.outcome == "scored" for r in done.records)
+
+
+def test_the_providers_limits_split_a_run_into_several_batches(
+    tmp_path: Path, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    from gradetrail_lib.providers import registry
+    from gradetrail_lib.providers.batch import BatchLimits
+
+    anthropic = registry.get("anthropic")
+    assert anthropic.batch is not None
+    small = dataclasses.replace(
+        anthropic.batch, limits=BatchLimits(max_requests=4, max_bytes=10**6)
+    )
+    monkeypatch.setitem(
+        registry.providers(), "anthropic", dataclasses.replace(anthropic, batch=small)
+    )
+    server.batches.max_requests = N  # the fake refuses a larger batch
+    done = run(tmp_path, project(tmp_path, server.base_url), "all")
+    assert [len(b.lines) for b in server.batches.batches.values()] == [4, 2, N]
+    assert all(r.outcome == "scored" for r in done.records)
