@@ -287,3 +287,18 @@ def test_the_providers_limits_split_a_run_into_several_batches(
     done = run(tmp_path, project(tmp_path, server.base_url), "all")
     assert [len(b.lines) for b in server.batches.batches.values()] == [4, 2, N]
     assert all(r.outcome == "scored" for r in done.records)
+
+
+def test_a_batch_the_provider_refuses_is_its_requests_provider_error(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    server.batches.max_requests = 2
+    done = run(tmp_path, project(tmp_path, server.base_url), "all")
+    assert server.batches.batches == {} and server.calls == 0
+    assert {r.outcome for r in done.records} == {"provider_error"}
+    target = done.records[0].target
+    assert target is not None and target.error is not None
+    assert target.error.startswith("batch not submitted: batch creation: HTTP 400")
+    # Its claims (submitted ahead, then tried again) never reached the provider: their keys
+    # are free for the next run.
+    assert {c.state for c in BatchStore(tmp_path / "c.duckdb").all()} == {"abandoned"}
