@@ -9,6 +9,7 @@ the specs' (0 when a spec scored a sample, 1 when it scored none or aborted).
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gradetrail_lib.analysis.summary import format_summary
@@ -294,10 +295,8 @@ def _run_spec(
             progress=ProgressBar(label),
             phase_seconds={"startup": startup_s, **job.phase_seconds(position)},
             batch=parse_batch_mode(args.batch),
-            batch_options=BatchOptions(
-                timeout_s=args.batch_timeout,
-                poll_s=cli_settings().batch_poll_s,
-                poll_max_s=cli_settings().batch_poll_max_s,
+            batch_options=BatchOptions.from_settings(
+                replace(cli_settings(), batch_timeout_s=args.batch_timeout),
                 notify=_note,
                 resume_hint=f"run the same command again to resume them "
                 f"(`gradetrail batches --cache {args.cache}` lists them)",

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gradetrail_lib.backends.base import Backend, ResultCallback
 from gradetrail_lib.cache.batches import (
@@ -41,7 +41,7 @@ from gradetrail_lib.errors import GradetrailError, UsageError
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ProviderError
 from gradetrail_lib.providers.batch import BatchAPI, BatchResult, BatchStatus, Connection, split
-from gradetrail_lib.settings import DEFAULTS
+from gradetrail_lib.settings import DEFAULTS, Settings
 
 if TYPE_CHECKING:
     import httpx
@@ -92,6 +92,17 @@ class BatchOptions:
     transport: httpx.BaseTransport | None = None
     # What to say on giving up or an interrupt: how to resume.
     resume_hint: str = "run the same command again to resume them"
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **more: Any) -> BatchOptions:
+        """The waits `settings` set (`GRADETRAIL_BATCH_TIMEOUT_S`, `..._POLL_S`,
+        `..._POLL_MAX_S`), and `more` of the other fields."""
+        return cls(
+            timeout_s=settings.batch_timeout_s,
+            poll_s=settings.batch_poll_s,
+            poll_max_s=settings.batch_poll_max_s,
+            **more,
+        )
 
 
 @dataclass

@@ -20,7 +20,13 @@ from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
-from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, BatchSender, batching
+from gradetrail_lib.engine.batch_send import (
+    BatchMode,
+    BatchOptions,
+    BatchSender,
+    batching,
+    parse_batch_mode,
+)
 from gradetrail_lib.engine.plan import Batch, RunPlan, load_spec_dataset
 from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
 from gradetrail_lib.engine.plan import plan as make_plan
@@ -42,7 +48,7 @@ from gradetrail_lib.results.keyset import AnyOf, KeySet
 from gradetrail_lib.results.runs import RESULTS_FILE
 from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import Manifest, TraceRecord, iter_records
-from gradetrail_lib.settings import DEFAULTS
+from gradetrail_lib.settings import DEFAULTS, Settings
 from gradetrail_lib.spec.spec import LoadedSpec, Spec, load_spec
 from gradetrail_lib.telemetry.spans import NO_SPANS, RunSpans, start_run
 
@@ -337,6 +343,9 @@ def _fetch_run(
     return fetched
 
 
+# The settings of a run by batch's waits (read from the environment by `run_spec`).
+_BATCH_WAITS = ("batch_timeout_s", "batch_poll_s", "batch_poll_max_s")
+
 SpecSource = Path | str | Mapping[str, Any] | Spec | LoadedSpec
 IN_MEMORY = "<in-memory spec>"
 
@@ -477,6 +486,7 @@ def run_spec(
     concurrency: int | str = DEFAULTS.concurrency,
     read_cache: bool = True,
     repeats: int | None = None,
+    batch: str = "off",
 ) -> list[CompletedRun]:
     """`gradetrail run` from Python: every model of the spec (or those named), in order.
 
@@ -486,7 +496,12 @@ def run_spec(
     "this_file.py:function"}`. `models` are names of the spec's models, `provider/name`
     for others, or `ModelConfig`s. Every spec's input is checked before any call.
     `read_cache=False` is `--no-cache`: the cache file is neither read nor written (nor
-    created), and each run still sends a request once."""
+    created), and each run still sends a request once. `batch` is `run --batch`'s: off,
+    all or targets (provider batch APIs; needs the cache file)."""
+    mode = parse_batch_mode(batch)
+    if mode != "off" and not read_cache:
+        raise UsageError("batch needs the cache file (it records the batches): read_cache=True")
+    waits = BatchOptions.from_settings(Settings.from_environment(only=_BATCH_WAITS))
     if isinstance(spec, str | Path) and Path(spec).is_dir():
         sources: list[SpecSource] = list(spec_files(Path(spec)))
     else:
@@ -501,7 +516,9 @@ def run_spec(
     with sender.session():
         for job in planned:
             for position, each in enumerate(job.plans):
-                options = RunOptions(phase_seconds=job.phase_seconds(position))
+                options = RunOptions(
+                    phase_seconds=job.phase_seconds(position), batch=mode, batch_options=waits
+                )
                 done.append(
                     run_model(each, response_cache, sender, Path(results_root), options)
                 )

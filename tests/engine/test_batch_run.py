@@ -302,3 +302,19 @@ def test_a_batch_the_provider_refuses_is_its_requests_provider_error(
     # Its claims (submitted ahead, then tried again) never reached the provider: their keys
     # are free for the next run.
     assert {c.state for c in BatchStore(tmp_path / "c.duckdb").all()} == {"abandoned"}
+
+
+def test_run_spec_takes_batch_and_refuses_it_without_the_cache(
+    tmp_path: Path, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gradetrail_lib import run_spec
+    from gradetrail_lib.errors import UsageError
+
+    monkeypatch.setenv("GRADETRAIL_BATCH_POLL_S", "0.02")
+    spec = project(tmp_path, server.base_url)
+    with pytest.raises(UsageError, match="batch needs the cache file"):
+        run_spec(spec, results_root=tmp_path / "r", read_cache=False, batch="all")
+    assert not (tmp_path / "r").exists() and server.batches.submitted == []
+    (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db", batch="all")
+    assert server.calls == 0 and len(server.batches.batches) == 2
+    assert all(r.outcome == "scored" for r in done.records)
