@@ -49,8 +49,10 @@ if TYPE_CHECKING:
 BatchMode = Literal["off", "all", "targets"]
 BATCH_MODES: tuple[BatchMode, ...] = ("off", "all", "targets")
 
-# Tries of a submission that fails transiently (429, 5xx, a dropped connection).
+# Tries of a submission, and of reading a batch's results, that fail transiently (429,
+# 5xx, a dropped connection).
 SUBMIT_TRIES = 4
+READ_TRIES = 4
 
 
 def parse_batch_mode(text: str | bool | None) -> BatchMode:
@@ -451,8 +453,13 @@ class BatchSender:
         unanswered: set[str],
         on_result: ResultCallback,
     ) -> list[str]:
-        """A finished batch's results to the run: answers and errors as they are read.
-        Returns the wanted keys it did not run (expired, cancelled)."""
+        """A finished batch's results to the run: answers and errors as they are read (a
+        read that fails transiently is tried again). Returns the wanted keys it did not
+        run (expired, cancelled)."""
+        import httpx
+
+        from gradetrail_lib.providers.caller import redact
+
         status = flight.status
         assert status is not None
         if status.provider_state == "never_submitted":
@@ -469,19 +476,34 @@ class BatchSender:
             self.store.read(flight.record.submission, outcomes)
             self._open.pop(flight.record.submission, None)
             return []
-        for result in _results(flight):
-            key = result.key
-            seen.add(key)
-            if key not in flight.wanted or key not in unanswered:
-                continue
-            outcome = result.outcome
-            if outcome is None:
-                outcomes[key] = NOT_RUN
-                continue
-            unanswered.discard(key)
-            if isinstance(outcome, ProviderError):
-                outcomes[key] = ERROR
-            on_result(by_key[key], outcome)
+        wait = 1.0
+        for attempt in range(1, READ_TRIES + 1):
+            try:
+                for result in _results(flight):
+                    key = result.key
+                    seen.add(key)
+                    if key not in flight.wanted or key not in unanswered:
+                        continue  # another run's, or delivered by an earlier try
+                    outcome = result.outcome
+                    if outcome is None:
+                        outcomes[key] = NOT_RUN
+                        continue
+                    unanswered.discard(key)
+                    if isinstance(outcome, ProviderError):
+                        outcomes[key] = ERROR
+                    on_result(by_key[key], outcome)
+                break
+            except (ProviderError, httpx.TransportError) as exc:
+                transient = not isinstance(exc, ProviderError) or exc.kind == "transient"
+                if not transient or attempt == READ_TRIES:
+                    detail = exc.message if isinstance(exc, ProviderError) else type(exc).__name__
+                    raise GradetrailError(
+                        f"batch {status.batch_id}: its results could not be read "
+                        f"({redact(detail, flight.conn.api_key)}); it is recorded, "
+                        f"{self.options.resume_hint}"
+                    ) from exc
+                time.sleep(wait)  # the answers read so far are delivered; the rest next try
+                wait *= 2
         # A key with no line at all was not run either.
         for key in flight.wanted & unanswered:
             if key not in seen:

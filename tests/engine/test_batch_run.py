@@ -318,3 +318,14 @@ def test_run_spec_takes_batch_and_refuses_it_without_the_cache(
     (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db", batch="all")
     assert server.calls == 0 and len(server.batches.batches) == 2
     assert all(r.outcome == "scored" for r in done.records)
+
+
+def test_a_poll_or_a_download_that_fails_transiently_is_tried_again(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    server.batches.status_errors = 3
+    server.batches.results_errors = 2
+    done = run(tmp_path, project(tmp_path, server.base_url), "all")
+    assert server.batches.status_errors == 0 and server.batches.results_errors == 0
+    assert len(server.batches.submitted) == len(set(server.batches.submitted)) == 2 * N
+    assert all(r.outcome == "scored" for r in done.records)

@@ -23,7 +23,9 @@ responder, `_completion_reply`). Knobs (change them between batches):
 * ``hold_create_s``: the create call answers this much later (the batch already exists:
   a client killed meanwhile never learns its id);
 * ``results_delay_s``: the results are served this much later;
-* ``max_requests``: a batch with more requests is refused (400).
+* ``max_requests``: a batch with more requests is refused (400);
+* ``status_errors``: the next this many status reads answer 503;
+* ``results_errors``: the next this many results downloads answer 503.
 
 Accounting: ``submitted`` (every custom_id ever submitted, in order), ``batches`` (by id),
 ``results_started`` (results requests received) and ``results_reads`` (served).
@@ -79,6 +81,8 @@ class FakeBatches:
         self.hold_create_s = 0.0
         self.results_delay_s = 0.0
         self.max_requests: int | None = None
+        self.status_errors = 0
+        self.results_errors = 0
         self.submitted: list[str] = []
         self.batches: dict[str, FakeBatch] = {}
         self.results_reads = 0
@@ -141,6 +145,20 @@ class FakeBatches:
             self.submitted.extend(str(line["custom_id"]) for line in lines)
             self.batches[batch.id] = batch
         return batch
+
+    def _status_error(self) -> bool:
+        with self._lock:
+            if self.status_errors > 0:
+                self.status_errors -= 1
+                return True
+        return False
+
+    def _results_error(self) -> bool:
+        with self._lock:
+            if self.results_errors > 0:
+                self.results_errors -= 1
+                return True
+        return False
 
     def _settle(self, batch: FakeBatch) -> None:
         """Runs the batch's requests once it has ended (answers, errors, not run)."""
@@ -251,6 +269,8 @@ class FakeBatches:
                 batch.cancelled_at = time.time()
             return _json_reply(200, self._openai_object(batch))
         if method == "GET" and len(rest) == 1:
+            if self._status_error():
+                return _json_reply(503, {"error": {"message": "overloaded"}})
             return _json_reply(200, self._openai_object(batch))
         return _json_reply(405, {"error": {"message": "Method not allowed"}})
 
@@ -295,6 +315,8 @@ class FakeBatches:
                 return _json_reply(404, {"error": {"message": "No such file"}})
             return _Reply(200, content, "application/octet-stream")
         self.results_started += 1
+        if self._results_error():
+            return _json_reply(503, {"error": {"message": "overloaded"}})
         if self.results_delay_s:
             await asyncio.sleep(self.results_delay_s)
         self.results_reads += 1
@@ -370,12 +392,16 @@ class FakeBatches:
                 batch.cancelled_at = time.time()
             return _json_reply(200, self._anthropic_object(batch, host))
         if method == "GET" and len(rest) == 1:
+            if self._status_error():
+                return _json_reply(503, {"type": "error", "error": {"message": "overloaded"}})
             return _json_reply(200, self._anthropic_object(batch, host))
         if method == "GET" and rest[1:] == ["results"]:
             self._settle(batch)
             if batch.results is None:
                 return _json_reply(400, {"type": "error", "error": {"message": "not ended"}})
             self.results_started += 1
+            if self._results_error():
+                return _json_reply(503, {"type": "error", "error": {"message": "overloaded"}})
             if self.results_delay_s:
                 await asyncio.sleep(self.results_delay_s)
             self.results_reads += 1
