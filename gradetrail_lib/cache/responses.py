@@ -46,18 +46,34 @@ CREATE TABLE IF NOT EXISTS {table} (
     attempts INTEGER NOT NULL,
     raw VARCHAR NOT NULL,
     created_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp,
-    tool_calls VARCHAR
+    tool_calls VARCHAR,
+    usage VARCHAR
 )
 """
 
-# Files from before tool use have no tool_calls column (NULL: no tool call).
+# Files from before tool use have no tool_calls column (NULL: no tool call), and files
+# from before step 11 no usage column (NULL: every usage field at its default).
 _ADD_TOOL_CALLS = "ALTER TABLE responses ADD COLUMN IF NOT EXISTS tool_calls VARCHAR"
+_ADD_USAGE = "ALTER TABLE responses ADD COLUMN IF NOT EXISTS usage VARCHAR"
+
+# The response's fields beyond text and plain token counts, kept as one JSON object in the
+# `usage` column (only those not at their default; NULL when all are): a new usage field is
+# a new name in the object, never a new column and a migration.
+USAGE_FIELDS = (
+    "batch",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "cache_write_1h_input_tokens",
+    "reasoning_tokens",
+    "thinking",
+)
 
 _COLUMNS: list[Column] = [
     ("key", "VARCHAR"), ("provider", "VARCHAR"), ("model", "VARCHAR"),
     ("served_model", "VARCHAR"), ("text", "VARCHAR"), ("stop_reason", "VARCHAR"),
     ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("latency_s", "DOUBLE"),
     ("attempts", "INTEGER"), ("raw", "VARCHAR"), ("tool_calls", "VARCHAR"),
+    ("usage", "VARCHAR"),
 ]  # fmt: skip
 
 
@@ -81,9 +97,31 @@ def _key_list(keys: Sequence[str]) -> str:
 def _response_of(row: tuple[Any, ...]) -> ModelResponse:
     """A lookup's row as a response. Positional: a cached run makes one per sample, and
     keywords cost a third more."""
-    _key, text, served, stop, tokens_in, tokens_out, latency, attempts, tool_calls = row
+    _key, text, served, stop, tokens_in, tokens_out, latency, attempts, tool_calls, usage = row
     calls = json.loads(tool_calls) if tool_calls is not None else []
-    return ModelResponse(text, served, stop, tokens_in, tokens_out, latency, attempts, {}, calls)
+    response = ModelResponse(
+        text, served, stop, tokens_in, tokens_out, latency, attempts, {}, calls
+    )
+    if usage is not None:
+        for name, value in json.loads(usage).items():
+            if name in USAGE_FIELDS:  # a name a later version wrote is left alone
+                setattr(response, name, value)
+    return response
+
+
+def usage_json(response: ModelResponse) -> str | None:
+    """The `usage` column of a response: its usage fields not at their default, or None."""
+    usage = {
+        name: value
+        for name in USAGE_FIELDS
+        if (value := getattr(response, name)) != _USAGE_DEFAULTS[name]
+    }
+    return json.dumps(usage, ensure_ascii=False) if usage else None
+
+
+_USAGE_DEFAULTS = {
+    name: ModelResponse.__dataclass_fields__[name].default for name in USAGE_FIELDS
+}
 
 
 QUIET_S = 0.005
@@ -107,6 +145,7 @@ class ResponseCache:
             connection.execute(SCHEMA.format(table="responses"))
             _drop_key_constraint(connection)
             connection.execute(_ADD_TOOL_CALLS)
+            connection.execute(_ADD_USAGE)
 
     def cached_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of `keys` the cache answers (without reading the answers)."""
@@ -129,7 +168,7 @@ class ResponseCache:
             # Newest first, so that of two rows of one key the earliest is assigned last.
             rows = connection.execute(
                 "SELECT r.key, r.text, r.served_model, r.stop_reason, r.input_tokens,"
-                " r.output_tokens, r.latency_s, r.attempts, r.tool_calls FROM responses r"
+                " r.output_tokens, r.latency_s, r.attempts, r.tool_calls, r.usage FROM responses r"
                 f" JOIN ({_KEYS_TABLE}) wanted ON r.key = wanted.key"
                 " ORDER BY r.created_at DESC",
                 {"keys": _key_list(keys)},
@@ -155,6 +194,7 @@ class ResponseCache:
                 json.dumps(response.tool_calls, ensure_ascii=False)
                 if response.tool_calls
                 else None,
+                usage_json(response),
             ]
             for request, response in items
         ]
@@ -261,8 +301,9 @@ def _drop_key_constraint(connection: Any) -> None:
     connection.execute("BEGIN TRANSACTION")
     try:
         connection.execute(SCHEMA.format(table="responses_log"))
-        # The keyed format predates tool calls: its columns, by name.
-        columns = ", ".join([name for name, _ in _COLUMNS if name != "tool_calls"] + ["created_at"])
+        # The keyed format predates tool calls and usage: its columns, by name.
+        old = [name for name, _ in _COLUMNS if name not in ("tool_calls", "usage")]
+        columns = ", ".join([*old, "created_at"])
         connection.execute(f"INSERT INTO responses_log ({columns}) SELECT {columns} FROM responses")
         connection.execute("DROP TABLE responses")
         connection.execute("ALTER TABLE responses_log RENAME TO responses")

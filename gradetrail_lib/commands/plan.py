@@ -46,16 +46,20 @@ def plan_command(args: argparse.Namespace) -> int:
     prices = load_prices()
     estimates: list[ModelPlan] = [estimate_run(p, cache, prices) for p in plans]
     worst = total_worst_case(estimates)
+    batch_worst = total_worst_case(estimates, batch=True)
     if args.json:
         body = {
             "pricing_version": prices.version,
             "models": [e.to_json() for e in estimates],
             "worst_case_usd": worst,
+            "batch_worst_case_usd": batch_worst,
         }
         print(json.dumps(body, indent=2))
         return EXIT_OK
     for e in estimates:
         print(format_plan(e), file=sys.stdout)
     if len(estimates) > 1:
-        print(f"Worst case, every model: {format_usd(worst)}")
+        print(
+            f"Worst case, every model: {format_usd(worst)}; by batch: {format_usd(batch_worst)}"
+        )
     return EXIT_OK

@@ -3,7 +3,10 @@
 Per model of a plan: the samples, the cache hits and misses of its requests, the input
 tokens of the misses, the worst-case output tokens (`max_tokens` × misses) and the cost
 range from the price list: low = the misses' input only, high = input plus every miss
-answering `max_tokens` tokens. A price the list lacks leaves the cost unknown.
+answering `max_tokens` tokens. A price the list lacks leaves the cost unknown. Each range
+is worked out twice, for the misses sent synchronously and by a provider's batch API (the
+price list's batch price), so `plan` shows both and `run --max-cost` checks the one the
+run will use (`batch`).
 
 No provider tokenizer ships in the dependencies, so input tokens are estimated from the
 text (~4 characters a token) and labelled so.
@@ -70,6 +73,9 @@ class CallPlan:
     output_tokens_worst: int  # max_tokens × misses
     cost_low: float | None
     cost_high: float | None
+    # The same range with the misses sent by batch (None: unknown, no batch price).
+    batch_cost_low: float | None = None
+    batch_cost_high: float | None = None
     tokenizer: str = TOKENIZER
     at_least: bool = False  # an agent's later steps are not known
     worst_calls: int | None = None  # an agent: step_budget per case
@@ -97,6 +103,8 @@ class CallPlan:
             output_tokens_worst=self.output_tokens_worst + other.output_tokens_worst,
             cost_low=sum_costs([self.cost_low, other.cost_low]),
             cost_high=sum_costs([self.cost_high, other.cost_high]),
+            batch_cost_low=sum_costs([self.batch_cost_low, other.batch_cost_low]),
+            batch_cost_high=sum_costs([self.batch_cost_high, other.batch_cost_high]),
             worst_calls=None
             if self.worst_calls is None or other.worst_calls is None
             else self.worst_calls + other.worst_calls,
@@ -122,11 +130,19 @@ class ModelPlan:
 
     @property
     def cost_low(self) -> float | None:
-        return sum_costs([c.cost_low for c in self.roles])
+        return self.low(batch=False)
 
     @property
     def worst_case(self) -> float | None:
-        return sum_costs([c.cost_high for c in self.roles])
+        return self.worst(batch=False)
+
+    def low(self, *, batch: bool) -> float | None:
+        """The low end of the cost of the misses, sent synchronously or by `batch`."""
+        return sum_costs([c.batch_cost_low if batch else c.cost_low for c in self.roles])
+
+    def worst(self, *, batch: bool) -> float | None:
+        """The worst case of the misses, sent synchronously or by `batch`."""
+        return sum_costs([c.batch_cost_high if batch else c.cost_high for c in self.roles])
 
     @property
     def roles(self) -> list[CallPlan]:
@@ -142,15 +158,37 @@ class ModelPlan:
             "scorers": [c.to_json() for c in self.scorers],
             "cost_low_usd": self.cost_low,
             "worst_case_usd": self.worst_case,
+            "batch_cost_low_usd": self.low(batch=True),
+            "batch_worst_case_usd": self.worst(batch=True),
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Range:
+    low: float | None
+    high: float | None
+    batch_low: float | None
+    batch_high: float | None
+
+
 def _costs(
-    prices: PriceList, provider: str, model: str, input_tokens: int, output_tokens: int
-) -> tuple[float | None, float | None]:
-    return (
-        prices.cost(provider, model, input_tokens, 0),
-        prices.cost(provider, model, input_tokens, output_tokens),
+    prices: PriceList,
+    provider: str,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    low_input_tokens: int | None = None,
+) -> _Range:
+    """The cost range of the misses: input only (`low_input_tokens` of it, when the low
+    end counts less input than the high), and input plus the worst-case output; each
+    sent synchronously and by batch."""
+    low_in = input_tokens if low_input_tokens is None else low_input_tokens
+    return _Range(
+        low=prices.cost(provider, model, low_in, 0),
+        high=prices.cost(provider, model, input_tokens, output_tokens),
+        batch_low=prices.cost(provider, model, low_in, 0, batch=True),
+        batch_high=prices.cost(provider, model, input_tokens, output_tokens, batch=True),
     )
 
 
@@ -182,15 +220,16 @@ def estimate(
             estimate_tokens(r) for r in hit_requests
         )
         worst_out = budget * output_worst + (budget - 1) * sum(_max_tokens(r) for r in hit_requests)
-        low = prices.cost(model.provider, model.name, input_tokens, 0)
-        high = prices.cost(model.provider, model.name, worst_in, worst_out)
+        costs = _costs(
+            prices, model.provider, model.name, worst_in, worst_out, low_input_tokens=input_tokens
+        )
         output_worst = worst_out
         notes.append(
             f"agent: only step 1 is known; worst case {budget} steps (step_budget) a case, "
             "each priced like step 1 (tool results not counted)"
         )
     else:
-        low, high = _costs(prices, model.provider, model.name, input_tokens, output_worst)
+        costs = _costs(prices, model.provider, model.name, input_tokens, output_worst)
     target = CallPlan(
         role="target",
         provider=model.provider,
@@ -200,8 +239,10 @@ def estimate(
         misses=len(missing),
         input_tokens=input_tokens,
         output_tokens_worst=output_worst,
-        cost_low=low,
-        cost_high=high,
+        cost_low=costs.low,
+        cost_high=costs.high,
+        batch_cost_low=costs.batch_low,
+        batch_cost_high=costs.batch_high,
         at_least=agent,
         worst_calls=worst_calls,
         notes=notes,
@@ -300,7 +341,7 @@ def _scorer_calls(
             estimate_tokens(r) + response_tokens for r, response_tokens in guessed
         )
         output_worst = sum(_max_tokens(r) for r in misses) + sum(_max_tokens(r) for r, _ in guessed)
-        low, high = _costs(prices, provider, model, input_tokens, output_worst)
+        costs = _costs(prices, provider, model, input_tokens, output_worst)
         out.append(
             CallPlan(
                 role=f"scorer {scorer.name}",
@@ -311,25 +352,34 @@ def _scorer_calls(
                 misses=len(misses) + len(guessed),
                 input_tokens=input_tokens,
                 output_tokens_worst=output_worst,
-                cost_low=low,
-                cost_high=high,
+                cost_low=costs.low,
+                cost_high=costs.high,
+                batch_cost_low=costs.batch_low,
+                batch_cost_high=costs.batch_high,
                 pending=len(guessed),
             )
         )
     return out
 
 
-def total_worst_case(plans: Sequence[ModelPlan]) -> float | None:
-    return sum_costs([p.worst_case for p in plans])
+def total_worst_case(plans: Sequence[ModelPlan], *, batch: bool = False) -> float | None:
+    """The worst case of every plan's misses, sent synchronously or by `batch`."""
+    return sum_costs([p.worst(batch=batch) for p in plans])
 
 
-def check_max_cost(plans: Sequence[ModelPlan], limit: float) -> None:
+def check_max_cost(plans: Sequence[ModelPlan], limit: float, *, batch: bool = False) -> None:
     """Raises UsageError (exit 2) when the worst case exceeds `limit` dollars, or is
-    unknown (a model without a price cannot be shown to stay under it)."""
-    worst = total_worst_case(plans)
+    unknown (a model without a price cannot be shown to stay under it). `batch`: the
+    misses go by batch (the run's mode), priced at the batch price."""
+    worst = total_worst_case(plans, batch=batch)
     if worst is None:
         unpriced = sorted(
-            {f"{c.provider}/{c.model}" for p in plans for c in p.roles if c.cost_high is None}
+            {
+                f"{c.provider}/{c.model}"
+                for p in plans
+                for c in p.roles
+                if (c.batch_cost_high if batch else c.cost_high) is None
+            }
         )
         raise UsageError(
             f"--max-cost {format_usd(limit)}: the worst case is unknown (no price for "
@@ -356,13 +406,19 @@ def format_plan(plan: ModelPlan) -> str:
         lines.append(
             f"    Output tokens, worst case: {c.output_tokens_worst} (max_tokens × misses)"
         )
-        lines.append(f"    Cost: {_range(c.cost_low, c.cost_high)}")
+        lines.append(
+            f"    Cost: {_range(c.cost_low, c.cost_high)}; "
+            f"by batch: {_range(c.batch_cost_low, c.batch_cost_high)}"
+        )
         lines += [f"    Note: {n}" for n in c.all_notes]
-    lines.append(f"  Total cost: {_range(plan.cost_low, plan.worst_case)}")
+    lines.append(
+        f"  Total cost: {_range(plan.cost_low, plan.worst_case)}; "
+        f"by batch: {_range(plan.low(batch=True), plan.worst(batch=True))}"
+    )
     return "\n".join(lines)
 
 
 def _range(low: float | None, high: float | None) -> str:
     if low is None or high is None:
-        return "unknown (no price for a model)"
+        return "unknown (no price for a model, or no batch price)"
     return f"{format_usd(low)} to {format_usd(high)}"

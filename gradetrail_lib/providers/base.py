@@ -24,6 +24,18 @@ class ModelResponse:
     raw: dict[str, Any] = field(default_factory=dict)
     # Tools the model asked to call: [{"id", "name", "arguments": {...}}], in its order.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # How the call was sent and what the invoice counts beyond plain input and output
+    # (`pricing.call_cost` prices them). `batch`: answered by a provider's batch API.
+    batch: bool = False
+    # Of `input_tokens`: read from the provider's prompt cache (billed at its cache rate).
+    cached_input_tokens: int = 0
+    # Of `input_tokens`: written to the prompt cache (Anthropic: 5-minute and 1-hour writes).
+    cache_write_input_tokens: int = 0
+    cache_write_1h_input_tokens: int = 0
+    # Of `output_tokens`: spent reasoning (OpenAI) or thinking (Anthropic), billed as output.
+    reasoning_tokens: int = 0
+    # Anthropic's extended thinking text: kept in the record, never in `text`.
+    thinking: str | None = None
 
 
 @dataclass(frozen=True)

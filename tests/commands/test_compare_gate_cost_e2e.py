@@ -231,7 +231,7 @@ def test_cost_reprices_every_call(
     assert both.returncode == 0, both.stderr
     assert f"${expected:.6f}" in both.stdout
     assert "Total: unknown" in both.stdout
-    assert "Unknown price in pricing v1: openai_compatible/fake-good" in both.stdout
+    assert "Unknown price in pricing v2: openai_compatible/fake-good" in both.stdout
 
     missing = main(capsys, "cost", str(priced), "--pricing-version", "v0")
     assert missing.returncode == 2 and "no pricing data for version 'v0'" in missing.stderr

@@ -84,6 +84,11 @@ def test_plan_counts_hits_misses_tokens_and_cost_and_calls_nothing(
     low, high = tokens / 1e6, (tokens + 5 * MAX_TOKENS * (ALL - WARM)) / 1e6
     assert math.isclose(target["cost_low"], low) and math.isclose(target["cost_high"], high)
     assert math.isclose(model["worst_case_usd"], high)
+    # Side by side: the same misses by batch, at the price list's half price.
+    assert math.isclose(target["batch_cost_low"], low / 2)
+    assert math.isclose(target["batch_cost_high"], high / 2)
+    assert math.isclose(model["batch_worst_case_usd"], high / 2)
+    assert math.isclose(json.loads(done.stdout)["batch_worst_case_usd"], high / 2)
     assert model["scorers"] == []
 
     text = run_cli("plan", str(spec), cwd=tmp_path,
@@ -91,7 +96,9 @@ def test_plan_counts_hits_misses_tokens_and_cost_and_calls_nothing(
     assert text.returncode == 0, text.stderr
     assert f"cache hits {WARM}, misses {ALL - WARM}" in text.stdout
     assert f"Input tokens of the misses: {tokens}, estimated (~4 characters a token)" in text.stdout
-    assert f"Cost: ${low:.6f} to ${high:.6f}" in text.stdout
+    assert f"Cost: ${low:.6f} to ${high:.6f}; by batch: ${low / 2:.6f} to ${high / 2:.6f}" in (
+        text.stdout
+    )
     assert fake_server.calls == 0
 
 
@@ -201,3 +208,25 @@ def test_calls_judging_responses_to_come_are_noted_once_for_the_whole_run(
     assert [x for x in judge.all_notes if "still to come" in x] == [f"{note}: {rest}"]
     assert format_plan(estimated).count("still to come") == 1
     assert judge.to_json()["notes"] == judge.all_notes
+
+
+def test_max_cost_checks_the_mode_the_run_will_use() -> None:
+    import pytest
+
+    from gradetrail_lib.engine.estimate import CallPlan, ModelPlan, check_max_cost
+    from gradetrail_lib.errors import UsageError
+
+    def one(batch_high: float | None) -> ModelPlan:
+        target = CallPlan(
+            role="target", provider="openai", model="gpt-5", calls=2, hits=0, misses=2,
+            input_tokens=10, output_tokens_worst=10, cost_low=0.5, cost_high=1.0,
+            batch_cost_low=0.25, batch_cost_high=batch_high,
+        )  # fmt: skip
+        return ModelPlan(spec="s", model="m", provider="openai", samples=2, target=target,
+                         scorers=[])  # fmt: skip
+
+    with pytest.raises(UsageError, match=r"worst case is \$1\.000000"):
+        check_max_cost([one(0.5)], 0.75)
+    check_max_cost([one(0.5)], 0.75, batch=True)  # half price: under the limit
+    with pytest.raises(UsageError, match="unknown .no price for openai/gpt-5"):
+        check_max_cost([one(None)], 0.75, batch=True)

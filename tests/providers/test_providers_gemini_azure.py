@@ -551,7 +551,10 @@ def test_the_new_providers_are_choices_listings_and_prices() -> None:
     assert registry.names()[-2:] == ("gemini", "azure_openai")
     assert "gemini" in registry.listing_names() and "azure_openai" not in registry.listing_names()
     prices = load_prices()
-    assert prices.cost("gemini", "gemini-2.5-pro", 1_000_000, 1_000_000) == pytest.approx(11.25)
+    assert prices.cost("gemini", "gemini-2.5-pro", 100_000, 1_000_000) == pytest.approx(10.125)
+    # A million tokens of input is above Pro's 200k-token tier (v2): $2.50 in, $15 out.
+    assert prices.cost("gemini", "gemini-2.5-pro", 1_000_000, 1_000_000) == pytest.approx(17.5)
+    assert load_prices("v1").cost("gemini", "gemini-2.5-pro", 10**6, 10**6) == pytest.approx(11.25)
     assert prices.cost("gemini", "gemini-2.5-flash", 1_000_000, 0) == pytest.approx(0.3)
     assert prices.cost("gemini", "gemini-2.5-flash-lite", 0, 1_000_000) == pytest.approx(0.4)
     assert prices.cost("azure_openai", "gpt4o-prod", 10, 10) is None  # a deployment: unknown
