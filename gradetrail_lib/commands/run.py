@@ -19,7 +19,7 @@ from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.commands.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.engine.batch_send import BATCH_MODES, BatchOptions, parse_batch_mode
-from gradetrail_lib.engine.estimate import check_max_cost, estimate_run
+from gradetrail_lib.engine.estimate import check_max_cost, estimate_run, sent_by_batch
 from gradetrail_lib.engine.run import (
     PlannedSpec,
     RunOptions,
@@ -179,7 +179,8 @@ def run_command(args: argparse.Namespace) -> int:
     cache = None if args.no_cache else ResponseCache(args.cache)
     if args.max_cost is not None:  # before any call
         estimates = [estimate_run(p, cache, load_prices()) for job in jobs for p in job.plans]
-        check_max_cost(estimates, args.max_cost)
+        # At the price of the way the run will send each role's misses.
+        check_max_cost(estimates, args.max_cost, batch=sent_by_batch(batch))
     exits = []
     with backend.session():  # one Ray cluster for every spec and model, not one each
         for job in jobs:

@@ -42,7 +42,7 @@ from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import UsageError, input_errors, one_or_all
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.pricing import PriceList, load_prices
+from gradetrail_lib.providers.pricing import PriceList, call_cost, load_prices, sum_costs
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.results.keyset import AnyOf, KeySet
 from gradetrail_lib.results.runs import RESULTS_FILE
@@ -275,6 +275,10 @@ class FetchedRun:
     # An agent's: cases, steps, how its cases stopped.
     agent: dict[str, int] = field(default_factory=dict)
     fingerprint: str = ""
+    # The answers' cost at the price list's rates (a cache hit at what it cost), and what
+    # batch and prompt caching saved on them; None when a price is unknown.
+    cost_usd: float | None = 0.0
+    cost_saved_usd: float | None = 0.0
 
 
 def fetch_run(
@@ -285,13 +289,14 @@ def fetch_run(
     progress: Progress | None = None,
     batch: BatchMode = "off",
     batch_options: BatchOptions | None = None,
+    prices: PriceList | None = None,
 ) -> FetchedRun:
     """Every response of the plan in the cache (the misses sent), batch by batch. A key
     an earlier batch sent that a later one finds is neither a cache hit nor a call.
     `batch` other than off sends the misses through provider batch APIs."""
     backend, _ = batch_backends(cache, backend, batch, batch_options or BatchOptions())
     try:
-        return _fetch_run(plan, cache, backend, progress)
+        return _fetch_run(plan, cache, backend, progress, prices or load_prices())
     except KeyboardInterrupt:
         _interrupted(backend)
         raise
@@ -305,7 +310,7 @@ def _interrupted(*backends: Backend) -> None:
 
 
 def _fetch_run(
-    plan: RunPlan, cache: Cache, backend: Backend, progress: Progress | None
+    plan: RunPlan, cache: Cache, backend: Backend, progress: Progress | None, prices: PriceList
 ) -> FetchedRun:
     fetched = FetchedRun()
     digest = hashlib.sha256()
@@ -318,6 +323,13 @@ def _fetch_run(
         answered = list(responses.responses.values())
         fetched.input_tokens += sum(r.input_tokens or 0 for r in answered)
         fetched.output_tokens += sum(r.output_tokens or 0 for r in answered)
+        costs = [call_cost(r, prices, plan.model.provider, plan.model.name) for r in answered]
+        fetched.cost_usd = sum_costs([fetched.cost_usd, *(c.usd for c in costs)])
+        fetched.cost_saved_usd = sum_costs(
+            [fetched.cost_saved_usd]
+            + [c.batch_saved_usd for c in costs]
+            + [c.cache_saved_usd for c in costs]
+        )
         if responses.trajectories:
             cases = list(responses.trajectories.values())
             steps = [c for t in cases for c in t.calls]

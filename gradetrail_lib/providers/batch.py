@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gradetrail_lib.providers.base import Endpoint, ModelResponse, ParsedBody, ProviderError
@@ -126,19 +126,11 @@ class BatchAPI(Protocol):
 
 
 def batch_response(parsed: ParsedBody, body: dict[str, Any], latency_s: float) -> ModelResponse:
-    """A batch's answer as a response. The one place a response read from a batch is
-    made (the flag that it came by batch is set here)."""
-    return ModelResponse(
-        text=parsed.text,
-        served_model=parsed.served_model,
-        stop_reason=parsed.stop_reason,
-        input_tokens=parsed.input_tokens,
-        output_tokens=parsed.output_tokens,
-        latency_s=latency_s,
-        attempts=1,
-        raw=body,
-        tool_calls=parsed.tool_calls,
-    )
+    """A batch's answer as a response, marked `batch` (priced at the batch rate). Every
+    field the adapter read is carried over by name (`ParsedBody`'s fields are
+    `ModelResponse`'s), so a usage field an adapter learns needs nothing here."""
+    read = {f.name: getattr(parsed, f.name) for f in fields(parsed)}
+    return ModelResponse(**read, latency_s=latency_s, attempts=1, raw=body, batch=True)
 
 
 def split(lines: Sequence[tuple[str, bytes]], limits: BatchLimits) -> list[list[tuple[str, bytes]]]:

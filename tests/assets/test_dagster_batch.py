@@ -88,6 +88,14 @@ def test_a_run_tagged_batch_sends_targets_then_judges_by_batch_and_logs_the_ids(
     messages = logged(instance, result)
     for batch in batches:
         assert any(m.startswith(f"batch {batch.id}: submitted") for m in messages), batch.id
+    event = instance.get_latest_materialization_event(dg.AssetKey(["add", "responses"]))
+    assert event is not None and event.asset_materialization is not None
+    metadata = event.asset_materialization.metadata
+    paid, saved = metadata["cost_usd"], metadata["cost_saved_usd"]
+    assert isinstance(paid, dg.FloatMetadataValue) and isinstance(saved, dg.FloatMetadataValue)
+    # Half price by batch: what was saved is what was paid.
+    assert paid.value is not None and paid.value > 0
+    assert saved.value == pytest.approx(paid.value)
 
 
 def test_the_resources_setting_targets_batches_the_targets_only(
@@ -95,6 +103,9 @@ def test_the_resources_setting_targets_batches_the_targets_only(
 ) -> None:
     defs = defs_for(tmp_path, server, batch="targets")
     assert materialize(defs, instance, tmp_path, {}).success
+    event = instance.get_latest_materialization_event(dg.AssetKey(["add", "responses"]))
+    assert event is not None and event.asset_materialization is not None
+    assert "cost_saved_usd" in event.asset_materialization.metadata
     assert [b.api for b in server.batches.batches.values()] == ["anthropic"]
     assert server.calls == N  # the judge's
 

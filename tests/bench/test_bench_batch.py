@@ -1,6 +1,6 @@
 """`bench/bench_batch.py` at a small n, so that the bench keeps working: the run by batch
 answers every request, submits no custom_id twice, stays under its memory target, and
-its cost line compares the run by batch with the ordinary one."""
+the run by batch costs what the price list's batch price says next to the ordinary run."""
 
 import re
 import subprocess
@@ -25,4 +25,9 @@ def test_the_batch_bench_prints_its_figures() -> None:
     ), out
     assert re.search(r"^  peak RSS \d+ MB \(target <= 300: met\)$", out, re.M), out
     assert "400 in 2 batches (the floor's and the run's), 0 submitted twice" in out
-    assert re.search(r"^  cost: by batch \$[\d.e-]+ / ordinary \$[\d.e-]+ = [\d.]+", out, re.M)
+    assert re.search(
+        r"^  cost: by batch \$[\d.]+ / ordinary \$[\d.]+ = 0.500000; the price list \(v2\) "
+        r"for openai/gpt-5-mini: 0.500000 \(equal: met\)$",
+        out,
+        re.M,
+    ), out

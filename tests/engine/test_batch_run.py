@@ -74,8 +74,13 @@ def test_run_batch_sends_the_target_then_the_judge_by_batch_and_caches_every_ans
     assert f"model anthropic/{TARGET}: sent by batch" in notes
     assert f"model openai/{JUDGE}: sent by batch" in notes
     assert any(line.startswith("batches: ") and f"{N}/{N} done" in line for line in notes)
-    # Every answer is in the cache: a re-run sends nothing, by batch or otherwise.
-    assert ResponseCache(tmp_path / "c.duckdb").count() == 2 * N
+    # Every answer is in the cache, marked as answered by batch (priced at its rate): a
+    # re-run sends nothing, by batch or otherwise.
+    cache = ResponseCache(tmp_path / "c.duckdb")
+    assert cache.count() == 2 * N
+    keys = [c.request_key for r in records for c in r.calls]
+    cached = cache.lookup(keys)
+    assert len(cached) == 2 * N and all(response.batch for response in cached.values())
     again = run(tmp_path, spec, "all")
     assert len(server.batches.batches) == 2 and server.calls == 0
     assert again.manifest.target.cache_hits == N and again.manifest.judge.cache_hits == N
