@@ -245,10 +245,14 @@ class BatchSender:
         from gradetrail_lib.providers.caller import api_key_for
 
         probe = ModelRequest(key="", endpoint=endpoint, messages=[], params={})
+        try:
+            api_key = api_key_for(probe)
+        except ProviderError as exc:  # no key: nothing can be sent or polled
+            raise GradetrailError(f"{endpoint.provider}/{endpoint.model}: {exc.message}") from exc
         client = stack.enter_context(
             httpx.Client(transport=self.options.transport, timeout=httpx.Timeout(300.0))
         )
-        return Connection(client=client, endpoint=endpoint, api_key=api_key_for(probe))
+        return Connection(client=client, endpoint=endpoint, api_key=api_key)
 
     def _submit(
         self, requests: list[ModelRequest], on_result: ResultCallback, unanswered: set[str]
@@ -277,6 +281,8 @@ class BatchSender:
                     out.append(_new_batch(endpoint, api, [k for k, _ in part]))
             return out
 
+        for endpoint in {r.endpoint for r in requests}:
+            self._conn_of(endpoint)  # a missing key stops the run before anything is claimed
         claim = self.store.claim(list(by_key), plan)
         flights = [self._adopt(record, by_key) for record in claim.adopted]
         for record, keys in claim.claimed:

@@ -334,3 +334,14 @@ def test_a_poll_or_a_download_that_fails_transiently_is_tried_again(
     assert server.batches.status_errors == 0 and server.batches.results_errors == 0
     assert len(server.batches.submitted) == len(set(server.batches.submitted)) == 2 * N
     assert all(r.outcome == "scored" for r in done.records)
+
+
+def test_without_the_key_a_run_by_batch_stops_before_claiming_anything(
+    tmp_path: Path, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gradetrail_lib.errors import GradetrailError
+
+    monkeypatch.delenv("GT_KEY")
+    with pytest.raises(GradetrailError, match="environment variable GT_KEY is not set"):
+        run(tmp_path, project(tmp_path, server.base_url), "all")
+    assert BatchStore(tmp_path / "c.duckdb").all() == [] and server.batches.submitted == []
