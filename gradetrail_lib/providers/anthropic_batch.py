@@ -36,6 +36,10 @@ from gradetrail_lib.providers.batch import (
 if TYPE_CHECKING:
     from gradetrail_lib.providers.base import ModelRequest
 
+# How far the provider's clock may be behind this machine's when a batch is matched to
+# the claim made just before it was created.
+_CLOCK_SKEW_S = 120.0
+
 # Anthropic's limits: 100,000 requests and 256 MB per batch.
 ANTHROPIC_LIMITS = BatchLimits(max_requests=100_000, max_bytes=256 * 1024 * 1024)
 
@@ -121,7 +125,7 @@ class AnthropicBatchAPI:
                 counts = batch.get("request_counts") or {}
                 if (
                     created is not None
-                    and created >= since - 5
+                    and created >= since - _CLOCK_SKEW_S
                     and sum(int(v or 0) for v in counts.values()) == count
                     and str(batch["id"]) not in taken
                 ):
