@@ -387,14 +387,17 @@ class BatchSender:
         """Polls until every batch has ended: the first pause `poll_s`, each 1.5 times
         the last, at most `poll_max_s`."""
         pause = self.options.poll_s
+        last = ""
         while True:
             for flight in flights:
                 if flight.status is not None and flight.status.final:
                     continue
                 self._poll(flight)
             shown = [f for f in flights if f.status is not None]
-            if shown:
-                self.options.notify(_progress(shown))
+            line = _progress(shown) if shown else ""
+            if line and line != last:  # a day's polls print what changed, not each poll
+                self.options.notify(line)
+                last = line
             if all(f.status is not None and f.status.final for f in flights):
                 return
             if time.monotonic() + pause > deadline:
