@@ -296,7 +296,8 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         pool=DB_POOL,
         description="Every model of the spec ranked by the primary scorer's pass rate, with "
         "intervals, n, the other scorers' pass rates, and paired verdicts on the primary "
-        "scorer (exact McNemar, bootstrap interval) between them.",
+        "scorer between them (paired interval and test: exact McNemar, or a sign-flip "
+        "test over cases with repeats).",
     )
     def leaderboard(duckdb: DuckDBResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
         board = build_leaderboard(read_stats(duckdb, spec.name), spec.primary_scorer)

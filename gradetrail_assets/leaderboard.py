@@ -63,7 +63,8 @@ def _pair(pairing: Pairing) -> dict[str, Any]:
         "difference": result.difference.value,
         "low": interval.low if interval else None,
         "high": interval.high if interval else None,
-        "mcnemar_p": result.mcnemar_p,
+        "paired_test": result.test,
+        "paired_p": result.p_value,
         "verdict": result.verdict,
         "winner": pairing.winner,
     }
@@ -102,14 +103,15 @@ def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
         f"| {p['a']} vs {p['b']} | refused: {p['refused']} | | |"
         if "refused" in p
         else f"| {p['a']} vs {p['b']} | {_fmt(p['difference'])} "
-        f"({_fmt(p['low'])}–{_fmt(p['high'])}, n={p['n']}) | {p['mcnemar_p']:.4g} "
+        f"({_fmt(p['low'])}–{_fmt(p['high'])}, n={p['n']}) "
+        f"| {p['paired_p']:.4g} ({p['paired_test']}) "
         f"| {p['winner'] or 'no winner'} |"
         for p in board["pairs"]
     ]
     if verdicts:
         table += (
             f"\n\nPaired on {primary}:\n\n"
-            "| pair (A vs B) | difference B−A | McNemar p | winner |\n|---|---|---|---|\n"
+            "| pair (A vs B) | difference B−A | paired test p | winner |\n|---|---|---|---|\n"
             + "\n".join(verdicts)
         )
     return {

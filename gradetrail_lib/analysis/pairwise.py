@@ -1,6 +1,6 @@
 """Paired comparisons of runs, for the HTML report and the Dagster leaderboard: two runs
-on one scorer (their scorer and dataset hashes checked, then McNemar and the paired
-bootstrap, `stats.paired`), and every pair of several runs.
+on one scorer (their scorer and dataset hashes checked, then the paired interval and
+test, `stats.paired`), and every pair of several runs.
 
 A pair that cannot be compared is a `Pairing` that says why (`refused`), not an error:
 a report or a leaderboard shows it beside the others.

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.analysis.stats import check_comparable, compare
+from gradetrail_lib.analysis.stats.paired import MCNEMAR
 from gradetrail_lib.commands.options import add_stats_options
 from gradetrail_lib.commands.pairing import ScorerPair, dataset_differs, pick, scorer_pairs
 from gradetrail_lib.errors import NotComparable
@@ -38,7 +39,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     parser = commands.add_parser(
         "compare",
         help="paired comparison of two run directories on every scorer they share "
-        "(McNemar, paired bootstrap)",
+        "(paired interval and test: exact McNemar, or a sign-flip test over cases with repeats)",
     )
     parser.add_argument("run_a", type=Path, metavar="RUN_A")
     parser.add_argument("run_b", type=Path, metavar="RUN_B")
@@ -124,7 +125,8 @@ def format_results(results: list[ScorerResult], labels: tuple[str, str]) -> str:
         f"(joined on {joined}; pass = score >= {first.threshold:g}; unscored samples fail "
         f"with score 0; {percent(first.confidence)} intervals)"
     )
-    table = [("scorer", "pass rate A", "pass rate B", "difference B - A", "McNemar p", "verdict")]
+    columns = ("pass rate A", "pass rate B", "difference B - A", "paired test p", "verdict")
+    table = [("scorer", *columns)]
     for r in results:
         c = r.comparison
         if c is None:
@@ -138,7 +140,7 @@ def format_results(results: list[ScorerResult], labels: tuple[str, str]) -> str:
                 c.pass_rate_a.format(),
                 c.pass_rate_b.format(),
                 f"{c.difference.value:+.3f} {ci.format()}",
-                f"{c.mcnemar_p:.4g}",
+                f"{c.p_value:.4g} ({c.test})",
                 c.verdict if c.verdict == "no winner" else f"{c.verdict} ({c.winner_label()})",
             )
         )
@@ -178,13 +180,31 @@ def format_comparison(c: "PairedComparison") -> str:
         f"({level} paired {ci.method}, {c.difference.n_text})",
         f"  Pass/fail pairs: both pass {c.both_pass}, both fail {c.both_fail}, "
         f"A only {c.a_only}, B only {c.b_only}",
-        f"  Exact McNemar p: {c.mcnemar_p:.4g} ({c.a_only + c.b_only} discordant pairs)",
-        f"  Verdict: {c.verdict}"
-        + (
-            f" ({c.winner_label()} is better)"
-            if c.verdict != "no winner"
-            else " (the interval on the difference contains zero)"
-        ),
+        *_test_lines(c),
+        f"  Verdict: {c.verdict}" + _verdict_reason(c),
     ]
     lines += [f"  Note: {n}" for n in c.notes]
     return "\n".join(lines)
+
+
+def _test_lines(c: "PairedComparison") -> list[str]:
+    """McNemar's p where it is computed (no repeats), the paired test's where that is
+    another test (the sign-flip test over cases or pairs)."""
+    lines = []
+    if c.mcnemar_p is not None:
+        lines.append(
+            f"  Exact McNemar p: {c.mcnemar_p:.4g} ({c.a_only + c.b_only} discordant pairs)"
+        )
+    if c.mcnemar_p is None or c.test != MCNEMAR:
+        units = f"{c.cases} cases" if c.clustered else f"{c.n} pairs"
+        lines.append(f"  Paired test ({c.test}, {units} as units): p = {c.p_value:.4g}")
+    return lines
+
+
+def _verdict_reason(c: "PairedComparison") -> str:
+    if c.verdict != "no winner":
+        return f" ({c.winner_label()} is better)"
+    ci = c.difference.interval
+    if ci is not None and (ci.low > 0 or ci.high < 0):
+        return f" (the {c.test_label()} does not reject)"
+    return " (the interval on the difference contains zero)"

@@ -33,7 +33,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     parser = commands.add_parser(
         "gate",
         help="exit 1 when RUN is worse than the baseline by more than the threshold "
-        "and the paired interval excludes zero",
+        "and the paired interval excludes zero and the paired test rejects",
     )
     parser.add_argument("run", type=Path, metavar="RUN", help="the candidate run directory")
     parser.add_argument(

@@ -207,7 +207,7 @@ def test_single_repeats_keep_todays_figures() -> None:
     assert pass_at_k_points(records, SCORER) == ({}, {})
 
 
-def test_compare_with_repeats_resamples_cases_and_counts_pairs_for_mcnemar() -> None:
+def test_compare_with_repeats_resamples_cases_and_tests_over_cases() -> None:
     # 10 cases x 5 repeats; B is better on 3 cases every time and worse on 1.
     def side(better: set[int], worse: set[int], b: bool) -> list[TraceRecord]:
         out = []
@@ -223,7 +223,11 @@ def test_compare_with_repeats_resamples_cases_and_counts_pairs_for_mcnemar() -> 
     a, b = side({0, 2, 4}, {1}, False), side({0, 2, 4}, {1}, True)
     result = compare(a, b, SCORER)
     assert (result.n, result.cases, result.clustered) == (50, 10, True)
-    assert (result.b_only, result.a_only) == (15, 5)  # McNemar on (id, repeat) pairs
+    assert (result.b_only, result.a_only) == (15, 5)  # counts over (id, repeat) pairs
+    # No McNemar over the pairs; the sign-flip test over the 4 cases that differ (+1 three
+    # times, -1 once): 10 of the 16 sign patterns have |mean| >= 0.5.
+    assert result.mcnemar_p is None and result.test == "cluster-sign-flip"
+    assert result.p_value == pytest.approx(10 / 16)
     per_case = [1.0 if i in (0, 2, 4) else -1.0 if i == 1 else 0.0 for i in range(10)]
     clustered = mean_interval(per_case, bounds=(-1.0, 1.0))
     naive = mean_interval([d for d in per_case for _ in range(5)], bounds=(-1.0, 1.0))
@@ -234,7 +238,7 @@ def test_compare_with_repeats_resamples_cases_and_counts_pairs_for_mcnemar() -> 
     # Naively the 50 pairs show B better; the 10 cases do not.
     assert naive.low > 0 and got.low < 0 and result.verdict == "no winner"
     assert result.difference.clusters == 10 and result.pass_rate_a.clusters == 10
-    assert any("resample cases" in note for note in result.notes)
+    assert any("take cases as units" in note for note in result.notes)
     assert result.to_json()["cases"] == 10
     assert "of 10 cases (repeats" in gate(result).explanation
 

@@ -194,7 +194,7 @@ def test_leaderboard_ranks_models_with_intervals_and_a_paired_verdict(
     assert (pair["a"], pair["b"], pair["n"]) == ("good", "bad", n)
     assert (pair["verdict"], pair["winner"]) == ("A", "good")
     assert pair["high"] < 0
-    assert pair["mcnemar_p"] < 0.001
+    assert pair["paired_test"] == "mcnemar-exact" and pair["paired_p"] < 0.001
 
 
 # What enters the requests, edited one at a time (the model: its provider, same name, so

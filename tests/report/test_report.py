@@ -136,7 +136,7 @@ def test_report_content(runs: dict[str, Path], tmp_path: Path) -> None:
     assert html.count("truncated (hit max_tokens)") == N
     assert 'Stop reason</dt><dd class="mono">max_tokens' in html
     # Paired comparisons between the models, with verdicts.
-    assert "Paired comparisons" in html and "McNemar p" in html
+    assert "Paired comparisons" in html and "paired test p" in html
     # Escaped, not markup.
     assert ESCAPED_SCRIPT in html
     assert MALICIOUS not in html

@@ -222,7 +222,7 @@ def test_diff_shows_the_disagreements_with_the_paired_statistics(
         x.id for x, y in zip(a, b, strict=True) if x.score_of("exact") != y.score_of("exact")
     ]
     assert ids_in(ours) == disagree and set(disagree) <= DIFFERS
-    assert f'id="mcnemar-p">{expected.mcnemar_p:.4g}<' in ours
+    assert f'id="paired-p">{expected.p_value:.4g}<' in ours
     assert expected.difference.interval is not None
     assert expected.difference.interval.format(3) in ours
     assert (

@@ -162,7 +162,7 @@ def test_the_diff_shows_only_disagreements(runs: ViewerRuns, url: str, page: "Pa
     with page.expect_navigation(url=f"{url}/diff/{runs.a}/{runs.b}"):
         page.click('form.diff-form button[type="submit"]')
     assert page.locator("tr.pair").evaluate_all("rows => rows.map(r => r.dataset.id)") == disagree
-    assert page.inner_text("#mcnemar-p") == f"{expected.mcnemar_p:.4g}"
+    assert page.inner_text("#paired-p") == f"{expected.p_value:.4g}"
     assert page.inner_text("#verdict").startswith(expected.verdict)
     # Both responses and both scores in each row.
     row = page.locator(f'tr.pair[data-id="{disagree[0]}"]')

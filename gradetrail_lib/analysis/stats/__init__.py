@@ -1,5 +1,6 @@
-"""Statistics you can defend: intervals with their n, paired comparison, the CI gate,
-pass@k and pass^k over repeats (intervals clustered by case).
+"""Statistics you can defend: intervals with their n, paired comparison (an interval and a
+test, cases as units with repeats), the CI gate, pass@k and pass^k over repeats
+(intervals clustered by case).
 
 Pure functions from trace records and manifests (`trace`) to dataclasses, one scorer
 at a time; the CLI and the Dagster assets both call these.
@@ -22,6 +23,8 @@ from gradetrail_lib.analysis.stats.paired import (
     compare,
     mcnemar_exact,
     pair_up,
+    paired_verdict,
+    sign_flip_test,
 )
 from gradetrail_lib.analysis.stats.repeats import (
     AtK,
@@ -63,10 +66,12 @@ __all__ = [
     "mean_estimate",
     "mean_interval",
     "pair_up",
+    "paired_verdict",
     "pass_at_k",
     "pass_hat_k",
     "proportion",
     "proportion_interval",
     "repeat_stats",
     "run_stats",
+    "sign_flip_test",
 ]

@@ -2,15 +2,17 @@
 about and large enough to be real.
 
 The candidate fails when its mean score is lower than the baseline's by more than the
-threshold AND the paired interval on the difference excludes zero. Either alone is not
-enough: a big drop on a handful of samples may be noise, and a tiny drop measured
-precisely on many samples may be below what anyone would block a change for.
+threshold AND the comparison names the baseline the winner (the paired interval on the
+difference excludes zero and the paired test rejects: `paired.paired_verdict`). Either
+condition alone is not enough: a big drop on a handful of samples may be noise, and a
+tiny drop measured precisely on many samples may be below what anyone would block a
+change for.
 """
 
 from dataclasses import dataclass
 from typing import Any
 
-from gradetrail_lib.analysis.stats.paired import PairedComparison
+from gradetrail_lib.analysis.stats.paired import MCNEMAR, PairedComparison
 from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.results.defaults import DEFAULT_GATE_THRESHOLD
 
@@ -39,8 +41,8 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
     assert diff is not None and ci is not None  # a comparison has n >= 1
     drop = -diff
     cases = f" of {c.cases} cases (repeats; the interval resamples cases)" if c.clustered else ""
-    # The comparison's verdict: the interval excludes zero (for pass/fail scores, and the
-    # exact McNemar test rejects too).
+    # The comparison's verdict (`paired.paired_verdict`): the interval excludes zero and
+    # the paired test rejects too.
     regressed = drop > threshold and c.verdict == "A"
     facts = (
         f"the candidate's mean score is {c.mean_b:.4f} against the baseline's {c.mean_a:.4f} "
@@ -61,17 +63,20 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
     elif ci.high < 0:
         why = (
             f"the drop of {drop:.4f} exceeds the allowed {threshold:g} and the interval "
-            f"excludes zero, but the exact McNemar test does not reject (p = "
-            f"{c.mcnemar_p:.4g}), so the samples do not show it is real"
+            f"excludes zero, but the {c.test_label()} does not reject (p = "
+            f"{c.p_value:.4g}), so the samples do not show it is real"
         )
     else:
         why = (
             f"the drop of {drop:.4f} exceeds the allowed {threshold:g}, but the interval "
             "contains zero, so the samples do not show it is real"
         )
+    tests = [] if c.mcnemar_p is None else [f"exact McNemar p = {c.mcnemar_p:.4g}"]
+    if c.test != MCNEMAR:
+        tests.append(f"{c.test_label()} ({c.test}) p = {c.p_value:.4g}")
     counts = (
         f"Pass/fail: both pass {c.both_pass}, both fail {c.both_fail}, baseline only "
-        f"{c.a_only}, candidate only {c.b_only}; exact McNemar p = {c.mcnemar_p:.4g}."
+        f"{c.a_only}, candidate only {c.b_only}; {'; '.join(tests)}."
     )
     unscored = (
         f" Unscored samples (counted as failures): baseline {c.unscored_a}, "

@@ -123,9 +123,10 @@ def proportion_interval(
     return Interval(float(ci.low), float(ci.high), confidence, method)
 
 
-def wilson_bounds(k: int, n: int, confidence: float) -> tuple[float, float]:
+def wilson_bounds(k: float, n: float, confidence: float) -> tuple[float, float]:
     """The Wilson score interval exactly as scipy's `_binom_wilson_conf_int` computes it
-    (two-sided, no continuity correction; Newcombe 1998), ends at 0/n and n/n exact."""
+    (two-sided, no continuity correction; Newcombe 1998), ends at 0/n and n/n exact.
+    k and n need not be whole: an effective n (`analysis.retrieval`) is not."""
     z = NormalDist().inv_cdf(0.5 + 0.5 * confidence)
     p = k / n
     denom = 2 * (n + z**2)
@@ -166,10 +167,13 @@ def mean_interval(
         )
     if bounds == (0.0, 1.0) and all(v in (0.0, 1.0) for v in values):
         return proportion_interval(sum(1 for v in values if v == 1.0), n, confidence, method)
-    return bootstrap_interval((values,), _mean, confidence, bounds, settings or BootstrapSettings())
+    return bootstrap_interval(
+        (values,), mean_of, confidence, bounds, settings or BootstrapSettings()
+    )
 
 
-def _mean(data: Any, axis: int = -1) -> Any:
+def mean_of(data: Any, axis: int = -1) -> Any:
+    """The mean along `axis`: the vectorized statistic scipy's resampling calls."""
     import numpy as np
 
     return np.mean(data, axis=axis)
