@@ -63,6 +63,7 @@ def _pair(pairing: Pairing) -> dict[str, Any]:
         "difference": result.difference.value,
         "low": interval.low if interval else None,
         "high": interval.high if interval else None,
+        "warning": result.difference.warning,
         "paired_test": result.test,
         "paired_p": result.p_value,
         "verdict": result.verdict,
@@ -103,7 +104,8 @@ def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
         f"| {p['a']} vs {p['b']} | refused: {p['refused']} | | |"
         if "refused" in p
         else f"| {p['a']} vs {p['b']} | {_fmt(p['difference'])} "
-        f"({_fmt(p['low'])}–{_fmt(p['high'])}, n={p['n']}) "
+        f"({_fmt(p['low'])}–{_fmt(p['high'])}, n={p['n']}"
+        f"{'; warning: ' + p['warning'] if p.get('warning') else ''}) "
         f"| {p['paired_p']:.4g} ({p['paired_test']}) "
         f"| {p['winner'] or 'no winner'} |"
         for p in board["pairs"]

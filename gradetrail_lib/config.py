@@ -12,25 +12,69 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Thinking(Strict):
+    """Anthropic's extended thinking: `{type: enabled, budget_tokens: N}`."""
+
+    type: Literal["enabled"]
+    # Anthropic's minimum; the budget is part of max_tokens (checked by Params).
+    budget_tokens: int = Field(ge=1024)
+
+
+class PromptCache(Strict):
+    """`cache: {prefix: true, ttl: 5m|1h}`: mark the prompt's prefix that every sample
+    shares (the system prompt, few-shot examples) for the provider's prompt cache
+    (Anthropic's `cache_control`; OpenAI caches prefixes by itself)."""
+
+    prefix: bool = True
+    ttl: Literal["5m", "1h"] = "5m"
+
+
+# Params that change how a request is billed, never its answer: kept out of the request
+# key (`providers.request`) and of the hashes that say what a run is.
+UNKEYED_PARAMS = frozenset({"cache"})
+
+
 class Params(Strict):
-    """Sampling parameters. Every field that is set enters the request key."""
+    """Sampling parameters. Every field that is set enters the request key, but `cache`
+    (`UNKEYED_PARAMS`)."""
 
     temperature: float | None = None
     max_tokens: int = Field(default=512, ge=1)
     top_p: float | None = None
     stop: list[str] | None = None
     seed: int | None = None
+    # OpenAI's reasoning models (o-series, gpt-5*): how hard they think.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    # Anthropic's extended thinking.
+    thinking: Thinking | None = None
+    cache: PromptCache | None = None
     # Provider-specific body fields (e.g. llama.cpp's repeat_penalty), sent as given.
     extra: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _budget_within_max_tokens(self) -> "Params":
+        # Anthropic counts the thinking budget in max_tokens and refuses a budget that
+        # leaves nothing for the answer.
+        if self.thinking is not None and self.thinking.budget_tokens >= self.max_tokens:
+            raise ValueError(
+                f"thinking.budget_tokens ({self.thinking.budget_tokens}) must be less than "
+                f"max_tokens ({self.max_tokens}): the budget is part of max_tokens"
+            )
+        # Anthropic refuses a changed temperature, and top_p under 0.95, with thinking on.
+        if self.thinking is not None and self.temperature not in (None, 1):
+            raise ValueError("with thinking, leave temperature unset (Anthropic refuses it)")
+        if self.thinking is not None and self.top_p is not None and self.top_p < 0.95:
+            raise ValueError("with thinking, top_p must be at least 0.95 (Anthropic refuses less)")
+        return self
 
     @field_validator("extra")
     @classmethod

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jinja2
+import jinja2.meta
 
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
@@ -71,6 +72,16 @@ class Template:
         self._names = [p.name for p in self._parts or [] if isinstance(p, Slot)]
         self._finalize = env.finalize
         self._what = what
+        self._source = source
+
+    @property
+    def constant(self) -> bool:
+        """Whether it renders the same text for every sample (it reads no field)."""
+        if self._parts is not None:
+            return not self._names
+        return not jinja2.meta.find_undeclared_variables(self._template.environment.parse(
+            self._source
+        ))
 
     def render(self, sample: Sample, dataset_path: str) -> str:
         if self._parts is not None:

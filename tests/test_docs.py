@@ -26,7 +26,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 
 from gradetrail_lib.cli import build_parser
-from gradetrail_lib.config import Params
+from gradetrail_lib.config import Params, PromptCache, Thinking
 from gradetrail_lib.datasets.registry import DatasetRef
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.registry import ModelConfig, Watch
@@ -47,6 +47,8 @@ SECTIONS: dict[type[BaseModel], str] = {
     MessageTemplate: "messages",
     ModelConfig: "models and model",
     Params: "params",
+    Thinking: "thinking",
+    PromptCache: "cache",
     ToolConfig: "tools",
     Watch: "watch",
     ScorerConfig: "scorers and scorer",

@@ -648,8 +648,10 @@ def test_a_python_scorer_returning_none_is_a_scorer_error(tmp_path: Path) -> Non
 
 # --- 10. the cluster bootstrap resamples each case's sum and count together ------------
 
-# Cases of unequal sizes: (sum, count) (1, 1), (0, 9) and (1.5, 3), 4 + 4 + 2 of them.
-CLUSTERS = [[1.0]] * 4 + [[0.0] * 9] * 4 + [[1.0, 0.0, 0.5]] * 2
+# Cases of unequal sizes: (sum, count) (1, 1), (0, 9) and (1.5, 3), 12 + 12 + 6 of them.
+# (30 cases: with 10, as this test had, the bootstrap undercovers and `score_method`
+# takes the score interval at the effective n instead; tests/analysis/test_coverage.py.)
+CLUSTERS = ([[1.0]] * 4 + [[0.0] * 9] * 4 + [[1.0, 0.0, 0.5]] * 2) * 3
 
 
 def achievable_ratios(groups: list[list[float]]) -> list[float]:
@@ -666,14 +668,16 @@ def test_the_cluster_bootstrap_resamples_sums_and_counts_together(bca_max_n: int
     """With cases of unequal sizes, each end of the interval is a ratio whole resampled
     cases can give (resampled apart, sums and counts give ratios no set of cases has),
     and the interval is exactly scipy's bootstrap of the cases' indices, by hand."""
-    settings = BootstrapSettings(bca_max_n=bca_max_n)
+    # 10,001 resamples: the percentile's 2.5 % and 97.5 % ends fall on order statistics
+    # (q * (n - 1) is whole), not between two, which would be no achievable ratio.
+    settings = BootstrapSettings(bca_max_n=bca_max_n, n_resamples=10_001)
     interval = cluster_mean_interval(CLUSTERS, settings=settings)
     method = "bca" if bca_max_n else "percentile"
     assert interval.method == f"cluster-bootstrap-{method}"
     possible = achievable_ratios(CLUSTERS)
     for end in (interval.low, interval.high):
         assert any(math.isclose(end, r, rel_tol=1e-9) for r in possible), end
-    mean = math.fsum(map(math.fsum, CLUSTERS)) / sum(map(len, CLUSTERS))  # 7 / 46
+    mean = math.fsum(map(math.fsum, CLUSTERS)) / sum(map(len, CLUSTERS))  # 21 / 138
     assert interval.low < mean < interval.high
 
     # The reference: resample case indices, each case's sum and count taken together.

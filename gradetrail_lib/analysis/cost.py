@@ -7,13 +7,16 @@ a partial sum that would understate it; both are listed so the reader sees why.
 Calls that failed at the provider have no usage and are not billed. A run sends a request
 once: a record that shared a request its run sent for another record was not paid again.
 A judge's calls are a line of their own (role `judge`), apart from the model under test.
+Each call is priced from its own usage: whether a batch answered it, its input read from
+and written to the provider's prompt cache, its output (reasoning included); what batch
+and prompt caching saved is shown per model (`pricing.call_cost`).
 """
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradetrail_lib.providers.pricing import PriceList, format_usd
+from gradetrail_lib.providers.pricing import PriceList, format_usd, usage_cost
 from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.results.totals import SentKeys
 from gradetrail_lib.results.trace import Manifest, Role, TraceRecord
@@ -32,12 +35,21 @@ class ModelCost:
     input_tokens: int = 0
     output_tokens: int = 0
     missing_usage: int = 0  # answered calls without token counts
+    unpriced_batch: int = 0  # batch calls and the price list has no batch price
     priced: bool = True
     known_usd: float = 0.0
     # Of known_usd: what answers served from the cache had cost when first paid for.
     reused_usd: float = 0.0
     # Of known_usd: what records that shared a request their run sent for another had cost.
     shared_usd: float = 0.0
+    # Of the answered calls: answered by a batch; prompt-cache and reasoning tokens.
+    batch_calls: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    # What batch and prompt caching saved on the priced calls (unknown with cost_usd).
+    batch_saved: float = 0.0
+    cache_saved: float = 0.0
 
     @property
     def name(self) -> str:
@@ -46,7 +58,8 @@ class ModelCost:
 
     @property
     def cost_usd(self) -> float | None:
-        return self.known_usd if self.priced and not self.missing_usage else None
+        known = self.priced and not self.missing_usage and not self.unpriced_batch
+        return self.known_usd if known else None
 
     @property
     def paid_usd(self) -> float | None:
@@ -54,6 +67,14 @@ class ModelCost:
         shared request once)."""
         cost = self.cost_usd
         return None if cost is None else cost - self.reused_usd - self.shared_usd
+
+    @property
+    def batch_saved_usd(self) -> float | None:
+        return None if self.cost_usd is None else self.batch_saved
+
+    @property
+    def cache_saved_usd(self) -> float | None:
+        return None if self.cost_usd is None else self.cache_saved
 
     @property
     def reused_usd_or_none(self) -> float | None:
@@ -75,6 +96,12 @@ class ModelCost:
             "passed": self.passed,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
+            "batch_calls": self.batch_calls,
+            "cached_input_tokens": self.cached_input_tokens,
+            "cache_write_input_tokens": self.cache_write_input_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "batch_saved_usd": self.batch_saved_usd,
+            "cache_saved_usd": self.cache_saved_usd,
             "missing_usage": self.missing_usage,
             "priced": self.priced,
             "cost_usd": self.cost_usd,
@@ -164,15 +191,38 @@ def reprice(
                 billed.cache_hits += call.cache_hit
                 billed.input_tokens += call.input_tokens or 0
                 billed.output_tokens += call.output_tokens or 0
-                cost = prices.cost(call.provider, call.model, call.input_tokens, call.output_tokens)
+                usage = call.usage_or_default
+                billed.batch_calls += usage.batch
+                billed.cached_input_tokens += usage.cached_input_tokens
+                billed.cache_write_input_tokens += (
+                    usage.cache_write_input_tokens + usage.cache_write_1h_input_tokens
+                )
+                billed.reasoning_tokens += usage.reasoning_tokens
+                priced = usage_cost(
+                    prices,
+                    call.provider,
+                    call.model,
+                    input_tokens=call.input_tokens,
+                    output_tokens=call.output_tokens,
+                    batch=usage.batch,
+                    cached_input_tokens=usage.cached_input_tokens,
+                    cache_write_input_tokens=usage.cache_write_input_tokens,
+                    cache_write_1h_input_tokens=usage.cache_write_1h_input_tokens,
+                    reasoning_tokens=usage.reasoning_tokens,
+                )
+                cost = priced.usd
                 if cost is not None:
                     billed.known_usd += cost
+                    billed.batch_saved += priced.batch_saved_usd or 0.0
+                    billed.cache_saved += priced.cache_saved_usd or 0.0
                     if call.cache_hit:
                         billed.reused_usd += cost
                     elif shared:
                         billed.shared_usd += cost
                 elif call.input_tokens is None or call.output_tokens is None:
                     billed.missing_usage += 1
+                elif billed.priced:  # a batch call and the list has no batch price
+                    billed.unpriced_batch += 1
     report.models = sorted(by_model.values(), key=lambda m: (m.role != "target", m.name))
     return report
 
@@ -206,6 +256,14 @@ def format_cost(report: CostReport) -> str:
             f"  {m.name}: {usd(m.paid_usd)} paid by these runs; "
             f"{usd(m.reused_usd_or_none)} reused from cache{shared}"
         )
+        if m.batch_calls or m.cached_input_tokens or m.cache_write_input_tokens:
+            lines.append(
+                f"  {m.name}: batch saved {usd(m.batch_saved_usd)} ({m.batch_calls} calls by "
+                f"batch); prompt caching saved {usd(m.cache_saved_usd)} "
+                f"({m.cached_input_tokens} tokens read, {m.cache_write_input_tokens} written)"
+            )
+        if m.reasoning_tokens:
+            lines.append(f"  {m.name}: {m.reasoning_tokens} of the tokens out were reasoning")
     for m in report.models:
         if m.role == "target":
             lines.append(f"  {m.name}: {m.scored} scored, {m.passed} passed of {m.samples} samples")
@@ -223,4 +281,9 @@ def format_cost(report: CostReport) -> str:
     for m in report.models:
         if m.missing_usage:
             lines.append(f"{m.name}: {m.missing_usage} calls without token counts (cost unknown)")
+        if m.unpriced_batch:
+            lines.append(
+                f"{m.name}: {m.unpriced_batch} batch calls and pricing {report.pricing_version} "
+                "has no batch price (cost unknown)"
+            )
     return "\n".join(lines)

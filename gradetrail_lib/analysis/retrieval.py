@@ -31,12 +31,10 @@ Intervals: the units resampled are cases (sample ids), as for the pass rate. Wit
 repeats a case is one record; with repeats a case's records are correlated (a case whose
 retriever misses misses on every repeat), and treating them as independent covered 69 %
 in our simulation. Precision, recall and RR per record are values in [0, 1], so their
-means get `stats.clusters.cluster_mean_estimate` (without repeats `mean_estimate`: Wilson
-where the values are 0/1, a bootstrap otherwise; with repeats the cluster bootstrap over
-cases). Citations in one answer, or in the repeats of one case, are not independent, so
-faithfulness, a ratio of sums over cases, gets a Wilson interval at the Korn-Graubard
-effective n of its cluster variance (`faithfulness_interval`), or the Wilson interval
-over the cases when each cites one document once.
+means get `stats.clusters.cluster_mean_estimate` (without repeats `mean_estimate`).
+Citations in one answer, or in the repeats of one case, are not independent, so
+faithfulness takes each case's citations as one cluster (`stats.clusters`: an interval
+over cases, never over citations).
 """
 
 import re
@@ -50,7 +48,7 @@ from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOL
 from gradetrail_lib.results.trace import Retrieval, TraceRecord
 
 if TYPE_CHECKING:  # the stats package is imported when figures are computed, not before
-    from gradetrail_lib.analysis.stats.intervals import Estimate, Interval
+    from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, Estimate, Interval
 
 RELEVANT_FIELD = "relevant_context_ids"
 SUPPORT_FIELD = "citation_support"
@@ -352,51 +350,26 @@ def retrieval_figures(
 
 
 def faithfulness_interval(
-    per_case: Sequence[tuple[int, int]], confidence: float = DEFAULT_CONFIDENCE
+    per_case: Sequence[tuple[int, int]],
+    confidence: float = DEFAULT_CONFIDENCE,
+    *,
+    settings: "BootstrapSettings | None" = None,
 ) -> "Interval":
     """The interval of sum(supported) / sum(cited) over cases (a case: a record, or with
     repeats all of a sample's records), the cases the units.
 
-    One citation per case is a proportion over the cases: Wilson. Otherwise the
-    citations of a case are correlated, so the ratio's variance is estimated over cases
-    (the linearized cluster variance, m / (m - 1) * sum((s_i - p c_i)^2) / (sum c_i)^2
-    for m cases) and the Wilson interval taken at the effective n p(1 - p) / variance,
-    shrunk by (z / t_{m-1})^2 for the few-cases error in the variance and never above
-    the citations (Korn and Graubard 1998, "Confidence intervals for proportions with
-    small expected number of positive counts estimated from survey data", Survey
-    Methodology 24). A bootstrap of the ratio over 30 records covered 92.5 % in our
-    simulation; this covers 95-97 % (docs/statistics.md). When every case has the same
-    share the variance is 0: `mean_interval`'s bound with the cases as n."""
-    from gradetrail_lib.analysis.stats.intervals import (
-        Interval,
-        check_confidence,
-        mean_interval,
-        wilson_bounds,
-    )
+    A case's citations are one cluster of 0/1 outcomes, so this is
+    `stats.clusters.cluster_mean_interval` with cases as the clusters: Wilson over cases
+    for one citation each, the bound when every share is equal, the score interval at
+    the Korn-Graubard effective n where cases are few or their shares sparse, else a
+    bootstrap of the ratio (a percentile bootstrap over 30 records covered 90-92.5 %:
+    docs/statistics.md)."""
+    from gradetrail_lib.analysis.stats.clusters import cluster_mean_interval
 
     if not per_case or any(c < 1 or not 0 <= s <= c for s, c in per_case):
         raise ValueError("need cases with 0 <= supported <= cited and cited >= 1")
-    check_confidence(confidence)
-    shares = [s / c for s, c in per_case]
-    if all(c == 1 for _, c in per_case) or all(x == shares[0] for x in shares):
-        return mean_interval(shares, confidence)
-    from statistics import NormalDist
-
-    from scipy.stats import t as student_t  # see stats.intervals
-
-    cases = len(per_case)
-    supported = sum(s for s, _ in per_case)
-    cited = sum(c for _, c in per_case)
-    p = supported / cited
-    variance = cases / (cases - 1) * sum((s - p * c) ** 2 for s, c in per_case) / cited**2
-    effective = min(cited, p * (1 - p) / variance)
-    tail = 0.5 + 0.5 * confidence
-    effective *= (NormalDist().inv_cdf(tail) / float(student_t.ppf(tail, cases - 1))) ** 2
-    low, high = wilson_bounds(p * effective, effective, confidence)
-    return Interval(low, high, confidence, EFFECTIVE_N)
-
-
-EFFECTIVE_N = "wilson-effective-n"
+    groups = [[1.0] * s + [0.0] * (c - s) for s, c in per_case]
+    return cluster_mean_interval(groups, confidence, settings=settings)
 
 
 _WIDTH = len("citation faithfulness  ")

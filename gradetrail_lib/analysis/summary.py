@@ -90,6 +90,30 @@ def format_cost(totals: CallTotals, *, local: bool = False) -> str:
     return f"{paid} paid; {format_usd(reused)} reused ({whence})"
 
 
+def format_savings(totals: CallTotals) -> str | None:
+    """What batch and prompt caching saved this run's own calls, or None when no call went
+    by batch or touched a prompt cache."""
+    parts = []
+    if totals.batch_calls:
+        parts.append(
+            f"batch saved {format_usd(totals.batch_saved_usd)} "
+            f"({totals.batch_calls} calls by batch)"
+        )
+    if totals.cached_input_tokens or totals.cache_write_input_tokens:
+        parts.append(
+            f"prompt caching saved {format_usd(totals.cache_saved_usd)} "
+            f"({totals.cached_input_tokens} tokens read from the cache, "
+            f"{totals.cache_write_input_tokens} written)"
+        )
+    return "; ".join(parts) or None
+
+
+def format_tokens(totals: CallTotals) -> str:
+    """`12 in / 30 out`, and the reasoning (thinking) tokens among the output apart."""
+    reasoning = f" ({totals.reasoning_tokens} reasoning)" if totals.reasoning_tokens else ""
+    return f"{totals.input_tokens} in / {totals.output_tokens} out{reasoning}"
+
+
 def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str:
     """What `gradetrail run` prints: every scorer's mean and pass rate with interval and n;
     with repeats, then each scorer's pass@1, pass@n and pass^n over cases."""
@@ -120,10 +144,13 @@ def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str
     # Per model call: one a sample, or one each step of an agent's case.
     target_calls = totals.target_calls
     lines += [
-        f"Tokens: {target.input_tokens} in / {target.output_tokens} out",
+        f"Tokens: {format_tokens(target)}",
         f"Cost: {format_cost(target, local=totals.target.local)}",
-        f"Cache hits: {target.cache_hits}/{target_calls}",
     ]
+    saved = format_savings(target)
+    if saved is not None and not totals.target.local:
+        lines.append(f"Saved: {saved}")
+    lines.append(f"Cache hits: {target.cache_hits}/{target_calls}")
     if target.shared:
         lines.append(
             f"Shared: {target.shared}/{target_calls} reused the answer of an identical request "
@@ -133,8 +160,11 @@ def format_summary(records: Totalled, summary: RunSummary, wall_s: float) -> str
         shared = f", {judge.shared} shared" if judge.shared else ""
         lines.append(
             f"Judge: {judge.calls} calls, {judge.cache_hits} cache hits{shared}, "
-            f"{judge.errors} errors; tokens {judge.input_tokens} in / {judge.output_tokens} "
-            f"out; cost {format_cost(judge, local=totals.judge.local)}"
+            f"{judge.errors} errors; tokens {format_tokens(judge)}; "
+            f"cost {format_cost(judge, local=totals.judge.local)}"
         )
+        judge_saved = format_savings(judge)
+        if judge_saved is not None and not totals.judge.local:
+            lines.append(f"Judge saved: {judge_saved}")
     lines.append(f"Wall time: {wall_s:.2f}s")
     return "\n".join(lines)

@@ -176,8 +176,9 @@ def format_comparison(c: "PairedComparison") -> str:
     width = max(len(a) for _, a, _ in rows) + 3
     lines = [
         *(f"  {name:<24}{a:<{width}}{b}".rstrip() for name, a, b in rows),
-        f"  Difference B - A (mean score): {c.difference.value:+.3f} {ci.format()} "
-        f"({level} paired {ci.method}, {c.difference.n_text})",
+        f"  Difference B - A (mean score): {c.difference.value:+.3f} "
+        f"[{ci.low:.3f}, {ci.high:.3f}] ({level} paired {ci.method}, {c.difference.n_text})",
+        *([f"  Warning: {ci.warning}"] if ci.warning else []),
         f"  Pass/fail pairs: both pass {c.both_pass}, both fail {c.both_fail}, "
         f"A only {c.a_only}, B only {c.b_only}",
         *_test_lines(c),

@@ -203,12 +203,13 @@ def plan(
         dataset = load_spec_dataset(loaded)
     spec = loaded.spec
     toolbox = Toolbox(spec.tools, loaded.base_dir) if spec.tools is not None else None
+    renderer = PromptRenderer(spec)
     builder = RequestBuilder(
         model,
         spec.params,
         tools=toolbox.definitions() if toolbox is not None else None,
         tool_choice=spec.tool_choice,
+        shared_messages=renderer.shared_messages,
     )
-    renderer = PromptRenderer(spec)
     samples = _check_samples(loaded, dataset, renderer, builder, scorers)
     return RunPlan(loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, samples)

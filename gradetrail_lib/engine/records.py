@@ -20,9 +20,11 @@ from gradetrail_lib.engine.plan import Batch, PlannedSample
 from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.engine.scorer_calls import CallStage
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
-from gradetrail_lib.providers.pricing import PriceList, load_prices
+from gradetrail_lib.providers.pricing import CallCost, PriceList, call_cost, load_prices
 from gradetrail_lib.results.trace import (
+    NO_USAGE,
     SCHEMA_VERSION,
+    CallUsage,
     FailureMode,
     ModelCall,
     Outcome,
@@ -242,22 +244,23 @@ class RecordBuilder:
                 text=text,
                 error=error,
             )
-        tokens_in, tokens_out = response.input_tokens, response.output_tokens
+        cost = call_cost(response, self.prices, provider, model)
         return ModelCall(
             role=role,
             request_key=request.key,
             provider=provider,
             model=model,
             served_model=response.served_model,
-            input_tokens=tokens_in,
-            output_tokens=tokens_out,
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
             latency_s=response.latency_s,
-            cost_usd=self.prices.cost(provider, model, tokens_in, tokens_out),
+            cost_usd=cost.usd,
             cache_hit=cache_hit,
             stop_reason=response.stop_reason,
             scorer=scorer,
             text=text,
             error=error,
+            usage=_usage(response, cost),
         )
 
     def _start_record(
@@ -354,6 +357,21 @@ class RecordBuilder:
             text=response.text if response is not None else None,
             error=error,
         )
+
+
+def _usage(response: ModelResponse, cost: CallCost) -> CallUsage | None:
+    """The call's usage beyond plain tokens, or None when all of it is at its default."""
+    usage = CallUsage(
+        batch=response.batch,
+        cached_input_tokens=response.cached_input_tokens,
+        cache_write_input_tokens=response.cache_write_input_tokens,
+        cache_write_1h_input_tokens=response.cache_write_1h_input_tokens,
+        reasoning_tokens=response.reasoning_tokens,
+        batch_saved_usd=cost.batch_saved_usd,
+        cache_saved_usd=cost.cache_saved_usd,
+        thinking=response.thinking,
+    )
+    return None if usage == NO_USAGE else usage
 
 
 def _failed(exc: BaseException) -> ScoreEntry:

@@ -12,7 +12,10 @@ PROVIDER = Provider(
     base_url="https://api.anthropic.com/v1",
     key_env="ANTHROPIC_API_KEY",
     key_required=True,
-    refused_params=(RefusedParam("seed", "the Anthropic Messages API", "Anthropic"),),
+    refused_params=(
+        RefusedParam("seed", "the Anthropic Messages API", "Anthropic"),
+        RefusedParam("reasoning_effort", "the Anthropic Messages API (use thinking)", "Anthropic"),
+    ),
     listing=anthropic_messages.LISTING,
     batch=AnthropicBatchAPI(_ADAPTER),
 )

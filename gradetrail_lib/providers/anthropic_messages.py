@@ -20,7 +20,7 @@ from gradetrail_lib.providers.registry import Listing
 if TYPE_CHECKING:
     import httpx
 
-    from gradetrail_lib.providers.base import Message, ModelRequest
+    from gradetrail_lib.providers.base import Message, ModelRequest, PromptCacheMark
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -85,6 +85,34 @@ def _turn(message: Message) -> Message:
     if "tool_calls" in message:  # an empty list: the key is not the API's
         return {k: v for k, v in message.items() if k != "tool_calls"}
     return message
+
+
+def mark_prompt_cache(
+    body: dict[str, Any], messages: list[Message], mark: PromptCacheMark
+) -> None:
+    """Puts `cache_control` on the last message every sample shares (`mark.messages` of
+    the neutral messages): the system text when that message is a system one, otherwise
+    its turn's last content block (a text's content becomes one text block)."""
+    control: dict[str, Any] = {"type": "ephemeral"}
+    if mark.ttl != "5m":  # the default lifetime; only a longer one is named
+        control["ttl"] = mark.ttl
+    shared = messages[: mark.messages]
+    if not shared:
+        return
+    if shared[-1]["role"] == "system":
+        body["system"] = [{"type": "text", "text": body["system"], "cache_control": control}]
+        return
+    position = sum(1 for m in shared if m["role"] != "system") - 1
+    turn = body["messages"][position]
+    content = turn["content"]
+    blocks: list[dict[str, Any]] = (
+        [{"type": "text", "text": content}]
+        if isinstance(content, str)
+        else [dict(block) for block in content]
+    )
+    blocks[-1]["cache_control"] = control
+    # A copy: the turn may be the neutral message itself (`_turn` passes plain ones on).
+    body["messages"][position] = {**turn, "content": blocks}
 
 
 def anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -162,6 +190,8 @@ class AnthropicMessagesAdapter:
         body: dict[str, Any] = {"model": request.endpoint.model, "messages": messages, **params}
         if system:
             body["system"] = "\n\n".join(system)
+        if request.prompt_cache is not None:
+            mark_prompt_cache(body, request.messages, request.prompt_cache)
         if request.tools:
             body["tools"] = anthropic_tools(request.tools)
             if request.tool_choice is not None:
@@ -172,14 +202,29 @@ class AnthropicMessagesAdapter:
     def parse(self, body: Any) -> ParsedBody:
         content = body.get("content", [])
         text = "".join(block.get("text", "") for block in content if block["type"] == "text")
+        # Extended thinking's blocks: the model's reasoning, kept apart from the answer.
+        thoughts = [b.get("thinking", "") for b in content if b["type"] == "thinking"]
         usage = body.get("usage") or {}
+        plain = usage.get("input_tokens")
+        read = usage.get("cache_read_input_tokens") or 0
+        written = usage.get("cache_creation_input_tokens") or 0
+        # The split of the writes by lifetime, when the API gives it; otherwise they are
+        # 5-minute writes (the default lifetime).
+        split = usage.get("cache_creation") or {}
+        written_1h = split.get("ephemeral_1h_input_tokens") or 0
         return ParsedBody(
             text=text,
             served_model=body.get("model"),
             stop_reason=_STOP_REASONS.get(body.get("stop_reason") or "", "other"),
-            input_tokens=usage.get("input_tokens"),
+            # Anthropic's input_tokens leaves out the tokens read from and written to the
+            # prompt cache; gradetrail's counts all of the input (see ModelResponse).
+            input_tokens=None if plain is None else plain + read + written,
             output_tokens=usage.get("output_tokens"),
             tool_calls=parse_tool_use(content),
+            cached_input_tokens=read,
+            cache_write_input_tokens=written - written_1h,
+            cache_write_1h_input_tokens=written_1h,
+            thinking="\n\n".join(thoughts) if thoughts else None,
         )
 
     def reset_after_s(self, headers: httpx.Headers) -> float | None:

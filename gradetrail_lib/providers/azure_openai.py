@@ -17,7 +17,7 @@ from urllib.parse import quote
 from gradetrail_lib.providers.batch import BatchLimits
 from gradetrail_lib.providers.openai_batch import OpenAIBatchAPI
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
-from gradetrail_lib.providers.registry import Provider
+from gradetrail_lib.providers.registry import Provider, RefusedParam
 
 if TYPE_CHECKING:
     from gradetrail_lib.providers.base import Endpoint
@@ -71,6 +71,11 @@ PROVIDER = Provider(
     adapter=_ADAPTER,
     key_env="AZURE_OPENAI_API_KEY",
     key_required=True,
+    refused_params=(
+        RefusedParam(
+            "thinking", "Azure OpenAI's Chat Completions API (use reasoning_effort)", "Azure OpenAI"
+        ),
+    ),
     base_url_required=True,
     base_url_hint="the resource's endpoint, e.g. https://NAME.openai.azure.com",
     settings=("api_version",),

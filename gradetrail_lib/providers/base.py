@@ -46,6 +46,12 @@ class ParsedBody:
     input_tokens: int | None
     output_tokens: int | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # As ModelResponse's: parts of input_tokens and output_tokens (see there).
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    cache_write_1h_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    thinking: str | None = None
 
 
 class ProviderError(Exception):
@@ -98,6 +104,15 @@ class Endpoint:
         return dict(self.settings)[name]
 
 
+@dataclass(frozen=True, kw_only=True)
+class PromptCacheMark:
+    """Where a request's prompt-cache breakpoint goes: after its first `messages` messages
+    (those every sample shares), kept `ttl` ("5m" or "1h"). Not part of the request key."""
+
+    messages: int
+    ttl: str = "5m"
+
+
 @dataclass
 class ModelRequest:
     """A request to a model, provider-neutral: its key, where it goes, the messages (see
@@ -112,3 +127,5 @@ class ModelRequest:
     # Tool definitions offered ({"name", "description", "parameters"}) and the choice.
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | None = None
+    # `params.cache`: the prompt's shared prefix, marked for the provider's prompt cache.
+    prompt_cache: PromptCacheMark | None = None

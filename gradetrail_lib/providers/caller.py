@@ -173,6 +173,11 @@ async def _attempt(
                 attempts=attempt,
                 raw=body,
                 tool_calls=parsed.tool_calls,
+                cached_input_tokens=parsed.cached_input_tokens,
+                cache_write_input_tokens=parsed.cache_write_input_tokens,
+                cache_write_1h_input_tokens=parsed.cache_write_1h_input_tokens,
+                reasoning_tokens=parsed.reasoning_tokens,
+                thinking=parsed.thinking,
             )
         error = classify(response, adapter, api_key)
     return error

@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from gradetrail_lib.providers.adapter import json_post, split_turns
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.providers.registry import Listing, Provider
+from gradetrail_lib.providers.registry import Listing, Provider, RefusedParam
 
 if TYPE_CHECKING:
     import httpx
@@ -205,6 +205,9 @@ class GeminiAdapter:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             tool_calls=calls,
+            # Parts of the counts above: thinking (billed as output) and implicit caching.
+            reasoning_tokens=usage.get("thoughtsTokenCount") or 0,
+            cached_input_tokens=usage.get("cachedContentTokenCount") or 0,
         )
 
     def reset_after_s(self, headers: httpx.Headers) -> float | None:
@@ -257,5 +260,9 @@ PROVIDER = Provider(
         path="/v1beta/models",
         query={"pageSize": "1000"},
         next_query=_next_page,
+    ),
+    refused_params=(
+        RefusedParam("thinking", "the Gemini API", "Gemini"),
+        RefusedParam("reasoning_effort", "the Gemini API", "Gemini"),
     ),
 )

@@ -2,7 +2,7 @@
 llama.cpp server that gradetrail starts on a free loopback port (see `local_server`)."""
 
 from gradetrail_lib.providers import local_server, openai_chat
-from gradetrail_lib.providers.registry import ModelConfig, Provider
+from gradetrail_lib.providers.registry import ModelConfig, Provider, RefusedParam
 
 
 def _check(model: ModelConfig) -> None:
@@ -28,4 +28,8 @@ PROVIDER = Provider(
     key_base_url=_identity,
     planned_base_url="local://",
     serve=local_server.shared_local_server,
+    refused_params=(
+        RefusedParam("thinking", "the local model's server", "the local model"),
+        RefusedParam("reasoning_effort", "the local model's server", "the local model"),
+    ),
 )

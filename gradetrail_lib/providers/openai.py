@@ -11,6 +11,7 @@ PROVIDER = Provider(
     adapter=_ADAPTER,
     base_url="https://api.openai.com/v1",
     key_env="OPENAI_API_KEY",
+    refused_params=openai_chat.REFUSED_PARAMS,
     key_required=True,
     listing=openai_chat.LISTING,
     batch=OpenAIBatchAPI(_ADAPTER),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.providers.adapter import json_post
 from gradetrail_lib.providers.base import ParsedBody, StopReason
-from gradetrail_lib.providers.registry import Listing
+from gradetrail_lib.providers.registry import Listing, RefusedParam
 
 if TYPE_CHECKING:
     import httpx
@@ -31,6 +31,21 @@ _STOP_REASONS: dict[str, StopReason] = {
 }
 
 _TOOL_FIELDS = ("name", "description", "parameters")
+
+# OpenAI's reasoning models (the o-series: o1, o3, o4-mini...; gpt-5 and its variants)
+# refuse `max_tokens` and take `max_completion_tokens` (which also bounds their reasoning
+# tokens); the spec says `max_tokens` for every model, so the adapter renames it for them.
+_COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
+
+
+def wants_max_completion_tokens(model: str) -> bool:
+    return _COMPLETION_TOKENS_MODELS.match(model) is not None
+
+
+# OpenAI's API has no extended thinking (its reasoning models take reasoning_effort).
+REFUSED_PARAMS = (
+    RefusedParam("thinking", "OpenAI's Chat Completions API (use reasoning_effort)", "OpenAI"),
+)
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -149,6 +164,8 @@ class OpenAIChatAdapter:
             "messages": chat_messages(request.messages),
             **request.params,
         }
+        if "max_tokens" in body and wants_max_completion_tokens(request.endpoint.model):
+            body["max_completion_tokens"] = body.pop("max_tokens")
         # An empty list is left out as None is: the API refuses `"tools": []`.
         if request.tools:
             body["tools"] = chat_tools(request.tools)
@@ -161,6 +178,10 @@ class OpenAIChatAdapter:
         message = choice["message"]
         content = message.get("content") or ""
         usage = body.get("usage") or {}
+        # Parts of prompt_tokens and completion_tokens: the prompt read from OpenAI's
+        # automatic prompt cache, and the reasoning tokens (billed as output, not shown).
+        prompt_details = usage.get("prompt_tokens_details") or {}
+        completion_details = usage.get("completion_tokens_details") or {}
         return ParsedBody(
             text=content,
             served_model=body.get("model"),
@@ -168,6 +189,8 @@ class OpenAIChatAdapter:
             input_tokens=usage.get("prompt_tokens"),
             output_tokens=usage.get("completion_tokens"),
             tool_calls=parse_tool_calls(message),
+            cached_input_tokens=prompt_details.get("cached_tokens") or 0,
+            reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
         )
 
     def reset_after_s(self, headers: httpx.Headers) -> float | None:

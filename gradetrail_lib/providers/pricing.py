@@ -16,7 +16,7 @@ writes); a v1 entry has no batch price, so a batch call's cost under v1 is unkno
 
 import json
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,7 @@ class Price:
     # Ascending by threshold.
     tiers: tuple[Tier, ...] = ()
 
-    @property
+    @cached_property
     def base(self) -> Rates:
         plain = self.input_per_mtok
         return Rates(
@@ -118,7 +118,7 @@ def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class CallCost:
     """What one call cost, and what batch and prompt caching saved on it (None: no price,
     or no token counts). `cache_saved_usd` is negative when writing the prompt cache cost
@@ -171,10 +171,15 @@ class PriceList:
         price = self.price(provider, model)
         if price is None or input_tokens is None or output_tokens is None:
             return None
+        written = cache_write_input_tokens + cache_write_1h_input_tokens
+        if not (batch or cached_input_tokens or written or price.tiers):
+            # Most calls: plain tokens at plain rates (a warm run prices every sample's).
+            return (
+                input_tokens * price.input_per_mtok + output_tokens * price.output_per_mtok
+            ) / 1_000_000
         rates = price.rates(input_tokens, batch)
         if rates is None:
             return None
-        written = cache_write_input_tokens + cache_write_1h_input_tokens
         plain = max(input_tokens - cached_input_tokens - written, 0)
         return (
             plain * rates.input
@@ -218,27 +223,40 @@ def usage_cost(
 ) -> CallCost:
     """`call_cost` from the fields themselves (a trace record's call keeps them, not the
     response)."""
-    def cost(*, batch: bool, caching: bool) -> float | None:
-        return prices.cost(
-            provider,
-            model,
-            input_tokens,
-            output_tokens,
-            batch=batch,
-            cached_input_tokens=cached_input_tokens if caching else 0,
-            cache_write_input_tokens=cache_write_input_tokens if caching else 0,
-            cache_write_1h_input_tokens=cache_write_1h_input_tokens if caching else 0,
-        )
-
-    usd = cost(batch=batch, caching=True)
-    batch_saved = cache_saved = None
-    if usd is not None:
-        batch_saved = 0.0
+    usd = prices.cost(
+        provider,
+        model,
+        input_tokens,
+        output_tokens,
+        batch=batch,
+        cached_input_tokens=cached_input_tokens,
+        cache_write_input_tokens=cache_write_input_tokens,
+        cache_write_1h_input_tokens=cache_write_1h_input_tokens,
+    )
+    # Nothing to save (no batch, no prompt cache) saves $0 whatever the price; otherwise
+    # the saving is unknown with the cost.
+    batch_saved: float | None = 0.0
+    cache_saved: float | None = 0.0
+    caching = cached_input_tokens or cache_write_input_tokens or cache_write_1h_input_tokens
+    if usd is None:
+        batch_saved = None if batch else 0.0
+        cache_saved = None if caching else 0.0
+    else:
         if batch:
-            sync = cost(batch=False, caching=True)
+            sync = prices.cost(
+                provider,
+                model,
+                input_tokens,
+                output_tokens,
+                cached_input_tokens=cached_input_tokens,
+                cache_write_input_tokens=cache_write_input_tokens,
+                cache_write_1h_input_tokens=cache_write_1h_input_tokens,
+            )
             batch_saved = None if sync is None else sync - usd
-        uncached = cost(batch=batch, caching=False)
-        cache_saved = None if uncached is None else uncached - usd
+        # Most calls touch no prompt cache: no second pricing.
+        if caching:
+            uncached = prices.cost(provider, model, input_tokens, output_tokens, batch=batch)
+            cache_saved = None if uncached is None else uncached - usd
     return CallCost(
         usd=usd,
         batch_saved_usd=batch_saved,

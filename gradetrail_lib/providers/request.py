@@ -10,14 +10,17 @@ The request key is the sha256 (hex) of the canonical JSON (see `hashing`) of::
      "params": {"max_tokens": 64, "temperature": 0.0, ...}}
 
 `params` holds only the sampling parameters that are set (None left out) with the
-provider-specific `extra` fields merged in. `base_url` is the model's, or its provider's
-default, unless the provider says otherwise (`Provider.key_base_url`): for provider
-`local` the base URL would be a random loopback port, so it is replaced by the identity
-of the weights (package version and file name). For an in-process provider (`scripted`,
-answering from a sample field or a fixed text) `base_url` is null and the answer enters
-`params` as `scripted_answer`, since it is what the "model" says. The scorer is never
-part of the key: re-scoring is free. A judge's requests are keyed the same way, with the
-judge's model and rendered prompt.
+provider-specific `extra` fields merged in. The prompt-cache marker (`params.cache`) is
+not one of them: it changes what a call is billed, never its answer, so two specs that
+differ only in `cache` share their cache entries (it travels apart:
+`ModelRequest.prompt_cache`). `base_url` is the model's, or its provider's default, unless
+the provider says otherwise (`Provider.key_base_url`): for provider `local` the base URL
+would be a random loopback port, so it is replaced by the identity of the weights (package
+version and file name). For an in-process provider (`scripted`, answering from a sample
+field or a fixed text) `base_url` is null and the answer enters `params` as
+`scripted_answer`, since it is what the "model" says. The scorer is never part of the key:
+re-scoring is free. A judge's requests are keyed the same way, with the judge's model and
+rendered prompt.
 
 Three fields join the key only when they are set, so that every other key stays as it
 was: `"tools"` (the tool definitions, with `"tool_choice"`) for a tool-using request,
@@ -35,10 +38,10 @@ its API's shape.
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gradetrail_lib.config import Params
+from gradetrail_lib.config import UNKEYED_PARAMS, Params
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers import registry
-from gradetrail_lib.providers.base import Endpoint, Message, ModelRequest
+from gradetrail_lib.providers.base import Endpoint, Message, ModelRequest, PromptCacheMark
 from gradetrail_lib.providers.registry import ModelConfig
 
 if TYPE_CHECKING:
@@ -47,7 +50,9 @@ if TYPE_CHECKING:
 KEY_VERSION = 1
 
 def request_params(params: Params) -> dict[str, Any]:
-    fields = params.model_dump(mode="json", exclude_none=True, exclude={"extra"})
+    """The params of the request key and of the request sent (`cache` is neither)."""
+    unsent = {"extra", *UNKEYED_PARAMS}
+    fields = params.model_dump(mode="json", exclude_none=True, exclude=unsent)
     return {**fields, **params.extra}
 
 
@@ -147,10 +152,19 @@ class RequestBuilder:
         *,
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | None = None,
+        shared_messages: int = 0,
     ) -> None:
+        """`shared_messages`: how many of the first messages every sample shares (the
+        prompt's constant part), which `params.cache` marks for the prompt cache."""
         self.model = model
         self.provider = registry.get(model.provider)
         self.params = request_params(params)
+        cache = params.cache
+        self.prompt_cache = (
+            PromptCacheMark(messages=shared_messages, ttl=cache.ttl)
+            if cache is not None and cache.prefix and shared_messages
+            else None
+        )
         self.tools = tools
         self.tool_choice = tool_choice if tools is not None else None
         self.endpoint = endpoint_for(model)
@@ -187,7 +201,7 @@ class RequestBuilder:
         if sample_answer is None:
             return ModelRequest(
                 self._key_of(repeat)(messages), self.endpoint, messages, self.params,
-                tools=self.tools, tool_choice=self.tool_choice,
+                tools=self.tools, tool_choice=self.tool_choice, prompt_cache=self.prompt_cache,
             )  # fmt: skip
         answer = sample_answer(model, sample, dataset_path)
         params = {**self.params, "scripted_answer": answer}

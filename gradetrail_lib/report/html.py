@@ -26,7 +26,7 @@ from gradetrail_lib.analysis.stats import (
 )
 from gradetrail_lib.analysis.stats.repeats import RepeatStats, has_repeats, repeat_stats
 from gradetrail_lib.analysis.stats.run_stats import percent
-from gradetrail_lib.analysis.summary import format_cost
+from gradetrail_lib.analysis.summary import format_cost, format_savings, format_tokens
 from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.providers.pricing import format_usd
 from gradetrail_lib.report.svg import ForestRow, forest_plot
@@ -321,7 +321,21 @@ def reproducibility_facts(model: Manifest) -> list[tuple[str, str]]:
             f"{model.judge.calls} / {model.judge.cache_hits} / {model.judge.errors}",
         ),
         ("judge cost", format_cost(model.judge)),
+        *_usage_facts(model),
     ]
+
+
+def _usage_facts(model: Manifest) -> list[tuple[str, str]]:
+    """What batch and prompt caching saved, and the reasoning tokens (only when a call
+    went by batch, touched a prompt cache or reasoned)."""
+    facts = []
+    for label, totals in (("", model.target), ("judge ", model.judge)):
+        saved = format_savings(totals)
+        if saved is not None:
+            facts.append((f"{label}batch and prompt caching", saved))
+        if totals.reasoning_tokens:
+            facts.append((f"{label}tokens", format_tokens(totals)))
+    return facts
 
 
 def _usd(value: Any) -> str:

@@ -64,6 +64,12 @@ class CallCounter:
     output_tokens: int = 0
     cost: float | None = 0.0
     paid: float | None = 0.0
+    batch_calls: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0  # 5-minute and 1-hour writes together
+    reasoning_tokens: int = 0
+    batch_saved: float | None = 0.0
+    cache_saved: float | None = 0.0
     # The providers of the calls (a local model has no price to show).
     providers: set[str] = field(default_factory=set)
 
@@ -83,9 +89,21 @@ class CallCounter:
         self.input_tokens += call.input_tokens or 0
         self.output_tokens += call.output_tokens or 0
         cost = call.cost_usd
-        self.cost = None if cost is None or self.cost is None else self.cost + cost
+        self.cost = _plus(self.cost, cost)
         if first:
-            self.paid = None if cost is None or self.paid is None else self.paid + cost
+            self.paid = _plus(self.paid, cost)
+        usage = call.usage
+        if usage is None:  # most calls: nothing but plain tokens
+            return
+        self.cached_input_tokens += usage.cached_input_tokens
+        self.cache_write_input_tokens += (
+            usage.cache_write_input_tokens + usage.cache_write_1h_input_tokens
+        )
+        self.reasoning_tokens += usage.reasoning_tokens
+        if first:
+            self.batch_calls += usage.batch
+            self.batch_saved = _plus(self.batch_saved, usage.batch_saved_usd)
+            self.cache_saved = _plus(self.cache_saved, usage.cache_saved_usd)
 
     @property
     def local(self) -> bool:
@@ -102,7 +120,18 @@ class CallCounter:
             output_tokens=self.output_tokens,
             cost_usd=self.cost,
             cost_paid_usd=self.paid,
+            batch_calls=self.batch_calls,
+            cached_input_tokens=self.cached_input_tokens,
+            cache_write_input_tokens=self.cache_write_input_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+            batch_saved_usd=self.batch_saved,
+            cache_saved_usd=self.cache_saved,
         )
+
+
+def _plus(total: float | None, value: float | None) -> float | None:
+    """A running sum that an unknown value makes unknown (a partial sum understates)."""
+    return None if total is None or value is None else total + value
 
 
 def call_totals(

@@ -84,6 +84,38 @@ class ModelCall:
     text: str | None = None
     # Why the call finally failed (then there is no usage).
     error: str | None = None
+    # What the invoice counts beyond plain tokens, and the thinking text; None when every
+    # field of it is at its default (most calls: a record stays as small and as fast to
+    # read as before, and records from before step 11 read).
+    usage: "CallUsage | None" = None
+
+    @property
+    def usage_or_default(self) -> "CallUsage":
+        return self.usage if self.usage is not None else NO_USAGE
+
+
+@with_config(_FORBID)
+@dataclass(kw_only=True)
+class CallUsage:
+    """A call's usage beyond its plain token counts (`ModelCall.usage`)."""
+
+    # Answered by a provider's batch API.
+    batch: bool = False
+    # Of `input_tokens`: read from the provider's prompt cache, and written to it (5-minute
+    # and 1-hour writes); of `output_tokens`: reasoning or thinking (billed as output).
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    cache_write_1h_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    # What batch and prompt caching saved on this call at the run's price list (None: no
+    # price). A cache write costs more than plain input, so `cache_saved_usd` may be < 0.
+    batch_saved_usd: float | None = 0.0
+    cache_saved_usd: float | None = 0.0
+    # Anthropic's extended thinking text (never part of the answer, `text` or `response`).
+    thinking: str | None = None
+
+
+NO_USAGE = CallUsage()
 
 
 @with_config(_FORBID)
@@ -261,6 +293,16 @@ class CallTotals(_Model):
     # Records answered by a call this run sent for another record (no second call). A
     # default, so that manifests from before it read.
     shared: int = 0
+    # Step 11 (defaults: older manifests read). Tokens, like input_tokens, over every
+    # answered record: read from and written to the providers' prompt caches, spent
+    # reasoning (part of output_tokens). `batch_calls`: this run's calls answered by a
+    # batch; the savings are on this run's own calls, as cost_paid_usd (None: no price).
+    batch_calls: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    batch_saved_usd: float | None = 0.0
+    cache_saved_usd: float | None = 0.0
 
     @property
     def reused_usd(self) -> float | None:

@@ -21,6 +21,17 @@ class PromptRenderer:
         assert spec.prompt is not None
         self._chat.append(("user", Template(spec.prompt, "prompt")))
 
+    @property
+    def shared_messages(self) -> int:
+        """How many of the first messages every sample shares (their templates read no
+        field): the prefix a prompt cache can hold."""
+        count = 0
+        for _, template in self._chat:
+            if not template.constant:
+                break
+            count += 1
+        return count
+
     def messages(self, sample: Sample, dataset_path: str) -> list[Message]:
         return [
             {"role": role, "content": template.render(sample, dataset_path)}

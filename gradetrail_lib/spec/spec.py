@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from gradetrail_lib.config import Params, Strict
+from gradetrail_lib.config import UNKEYED_PARAMS, Params, Strict
 from gradetrail_lib.datasets.registry import DatasetRef
 from gradetrail_lib.errors import (
     InputError,
@@ -163,6 +163,12 @@ class Spec(Strict):
             refused = providers.get(name).refused(params)
             if refused is not None:
                 raise ValueError(refused.spec_message())
+        if params.thinking is not None and info.data.get("tools"):
+            # Anthropic wants each tool-using step's thinking blocks sent back with the
+            # next request, and an agent's messages do not keep them.
+            raise ValueError(
+                "thinking with tools is not supported (an agent's steps would lose it)"
+            )
         return params
 
     def model_named(self, name: str) -> ModelConfig:
@@ -277,6 +283,11 @@ def _refuse_self_judging(spec: Spec, doc: YamlDocument, path: Path) -> None:
 def spec_document_fields(spec: Spec) -> dict[str, Any]:
     """The spec as canonical data (aliases used), the input of the spec hash. `model:` and
     `scorer:` are folded into `models` and `scorers`, so a shorthand hashes as its list."""
-    return spec.model_dump(
+    fields = spec.model_dump(
         mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer"}
     )
+    # The prompt-cache marker changes no answer (`config.UNKEYED_PARAMS`): runs that differ
+    # only in it are the same run.
+    for name in UNKEYED_PARAMS:
+        fields.get("params", {}).pop(name, None)
+    return fields

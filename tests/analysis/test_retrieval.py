@@ -277,21 +277,18 @@ def test_faithfulness_intervals() -> None:
     # All supported: the Wilson bound with the records as n (not the citations).
     every = faithfulness_interval([(3, 3), (2, 2)])
     assert every.high == 1.0 and every.low == pytest.approx(proportion_interval(2, 2).low)
-    # Several citations per record: Wilson at the Korn-Graubard effective n, by hand:
-    # p = 9/17 over 6 records, the ratio's cluster variance, the t-adjusted n.
+    # Several citations per record: records are the clusters; six records, about 3.5
+    # of them away from full support, are too few for a bootstrap: the score interval
+    # over the records (`cluster_mean_interval`, `score_method`'s "sparse").
     pairs = [(1, 4), (2, 2), (0, 3), (3, 3), (1, 2), (2, 3)]
-    got = faithfulness_interval(pairs)
-    p = 9 / 17
-    variance = 6 / 5 * sum((s - p * c) ** 2 for s, c in pairs) / 17**2
-    n_eff = min(17, p * (1 - p) / variance) * (1.959963984540054 / 2.570581835636314) ** 2
-    z2 = 1.959963984540054**2
-    centre = (p + z2 / (2 * n_eff)) / (1 + z2 / n_eff)
-    half = 1.959963984540054 / (1 + z2 / n_eff) * math.sqrt(
-        p * (1 - p) / n_eff + z2 / (4 * n_eff**2)
-    )
-    assert got.method == "wilson-effective-n"
-    assert (got.low, got.high) == pytest.approx((centre - half, centre + half), abs=1e-9)
-    assert 0.0 <= got.low < p < got.high <= 1.0
+    first = faithfulness_interval(pairs)
+    assert first.method == "cluster-wilson-sparse"
+    assert 0.0 <= first.low < 9 / 17 < first.high <= 1.0
+    # 40 records: a bootstrap of the ratio over records, deterministic.
+    many = pairs * 7
+    first, again = faithfulness_interval(many), faithfulness_interval(many)
+    assert first == again and first.method == "cluster-bootstrap-bca"
+    assert 0.0 <= first.low < 9 / 17 < first.high <= 1.0
     with pytest.raises(ValueError):
         faithfulness_interval([])
     with pytest.raises(ValueError):

@@ -188,11 +188,15 @@ def test_clustered_mean_of_graded_scores_resamples_cases() -> None:
 
 
 def test_cases_of_different_sizes_bootstrap_the_ratio() -> None:
-    groups = [[1.0, 0.0, 1.0], [0.0], [1.0, 1.0], [0.5, 0.0, 0.25, 1.0]]
+    # 32 cases (a bootstrap of the 4 this test had undercovers: `score_method` gives so
+    # few the score interval; tests/analysis/test_score_method.py).
+    groups = [[1.0, 0.0, 1.0], [0.0], [1.0, 1.0], [0.5, 0.0, 0.25, 1.0]] * 8
     interval = cluster_mean_interval(groups)
     assert interval.method.startswith("cluster-bootstrap-")
-    mean = math.fsum(v for g in groups for v in g) / 10
+    mean = math.fsum(v for g in groups for v in g) / 80
     assert interval.contains(mean) and 0.0 <= interval.low < interval.high <= 1.0
+    few = cluster_mean_interval(groups[:4])
+    assert few.method == "cluster-wilson-sparse" and few.contains(mean)
 
 
 def test_single_repeats_keep_todays_figures() -> None:
@@ -229,9 +233,11 @@ def test_compare_with_repeats_resamples_cases_and_tests_over_cases() -> None:
     assert result.mcnemar_p is None and result.test == "cluster-sign-flip"
     assert result.p_value == pytest.approx(10 / 16)
     per_case = [1.0 if i in (0, 2, 4) else -1.0 if i == 1 else 0.0 for i in range(10)]
-    clustered = mean_interval(per_case, bounds=(-1.0, 1.0))
-    naive = mean_interval([d for d in per_case for _ in range(5)], bounds=(-1.0, 1.0))
+    # A paired difference keeps the bootstrap (choose=False), and warns: 10 cases.
+    clustered = mean_interval(per_case, bounds=(-1.0, 1.0), choose=False)
+    naive = mean_interval([d for d in per_case for _ in range(5)], bounds=(-1.0, 1.0), choose=False)
     got = result.difference.interval
+    assert result.difference.warning and "over 10 pairs" in result.difference.warning
     assert got is not None and (got.low, got.high) == (clustered.low, clustered.high)
     assert got.method == "cluster-" + clustered.method
     assert got.high - got.low > 1.5 * (naive.high - naive.low)

@@ -201,6 +201,43 @@ def test_a_missing_user_file_is_an_error_naming_it(tmp_path: Path) -> None:
 def test_an_unknown_price_is_unknown_and_in_process_answers_are_free() -> None:
     prices = load_prices("v2")
     unknown = call_cost(response(batch=True), prices, "openai", "gpt-99")
-    assert (unknown.usd, unknown.batch_saved_usd, unknown.cache_saved_usd) == (None, None, None)
+    # What batch saved is unknown with the cost; no prompt cache was used: it saved $0.
+    assert (unknown.usd, unknown.batch_saved_usd, unknown.cache_saved_usd) == (None, None, 0.0)
     free = call_cost(response(batch=True), prices, "scripted", "anything")
     assert free.usd == 0.0
+
+
+def test_cost_reprices_batch_and_cache_calls_and_says_what_they_saved() -> None:
+    from gradetrail_lib.analysis.cost import format_cost, reprice
+    from gradetrail_lib.results.trace import CallUsage, ModelCall, ModelInfo
+    from tests.support.traces import manifest, record
+
+    def priced(key: str, **usage: Any) -> ModelCall:
+        return ModelCall(
+            role="target", request_key=key, provider="openai", model="gpt-5",
+            served_model="gpt-5", input_tokens=M, output_tokens=M, latency_s=0.1,
+            cost_usd=None, cache_hit=False, stop_reason="stop", usage=CallUsage(**usage),
+        )  # fmt: skip
+
+    records = []
+    for key, usage in [("a", {"batch": True}), ("b", {"cached_input_tokens": M}),
+                       ("c", {"reasoning_tokens": 10})]:  # fmt: skip
+        one = record(key, 1.0)
+        one.calls = [priced(key, **usage)]
+        records.append(one)
+    run = manifest().model_copy(
+        update={"model": ModelInfo(requested="gpt-5", provider="openai", base_url=None, served=[])}
+    )
+    (model,) = reprice([(run, records)], load_prices("v2")).models
+    # a: batch, half of $11.25; b: 1M cached at $0.125 instead of $1.25; c: plain $11.25.
+    assert model.cost_usd == pytest.approx(11.25 / 2 + (0.125 + 10.0) + 11.25)
+    assert model.batch_saved_usd == pytest.approx(11.25 / 2)
+    assert model.cache_saved_usd == pytest.approx(1.25 - 0.125)
+    assert (model.batch_calls, model.cached_input_tokens, model.reasoning_tokens) == (1, M, 10)
+    text = format_cost(reprice([(run, records)], load_prices("v2")))
+    assert "openai/gpt-5: batch saved $5.625000 (1 calls by batch); prompt caching saved " in text
+    assert "openai/gpt-5: 10 of the tokens out were reasoning" in text
+    # Pricing v1 has no batch price: the batch call's cost, and so the total, is unknown.
+    old = reprice([(run, records)], load_prices("v1"))
+    assert old.models[0].cost_usd is None
+    assert "1 batch calls and pricing v1 has no batch price (cost unknown)" in format_cost(old)

@@ -293,6 +293,9 @@ def test_gemini_thoughts_are_not_the_answer_but_are_billed_as_output() -> None:
     parsed = adapter_for("gemini").parse(gemini_body(parts, usage=usage))
     assert parsed.text == "Answer: 5"
     assert (parsed.input_tokens, parsed.output_tokens) == (11, 43)
+    assert parsed.reasoning_tokens == 40 and parsed.cached_input_tokens == 0
+    cached = {**usage, "cachedContentTokenCount": 8}
+    assert adapter_for("gemini").parse(gemini_body(parts, usage=cached)).cached_input_tokens == 8
 
 
 @pytest.mark.parametrize(

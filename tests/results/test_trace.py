@@ -122,3 +122,26 @@ def test_a_completed_run_reads_back_record_for_record(tmp_path: Path) -> None:
         run.manifest.scorer_names == ["exact", "valid"] and run.manifest.primary_scorer == "exact"
     )
     assert [r.score_of("exact") for r in run] == [1.0] * 5
+
+
+def test_a_calls_usage_is_one_field_null_for_a_plain_call(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from gradetrail_lib.results.trace import NO_USAGE, CallUsage
+
+    plain = make_record("plain")
+    line = json.loads(record_json(plain))
+    assert line["calls"][0]["usage"] is None  # a plain call: one null, not eight defaults
+    # A record written before step 11 has no usage at all, and reads as plain.
+    del line["calls"][0]["usage"], line["calls"][1]["usage"]
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps(line) + "\n")
+    (back,) = iter_records(old)
+    assert back.calls[0].usage is None and back.calls[0].usage_or_default == NO_USAGE
+    usage = CallUsage(batch=True, cached_input_tokens=7, reasoning_tokens=3, thinking="so")
+    rich = replace(plain, calls=[replace(plain.calls[0], usage=usage)])
+    path = tmp_path / "results.jsonl"
+    with RecordWriter(path) as out:
+        out.write([rich])
+    (read,) = iter_records(path)
+    assert read.calls[0].usage == usage

@@ -47,6 +47,21 @@ From another process::
 
     python -m tests.support.fake_llm_server --port 0 --latency 0.2 --port-file /tmp/port
 
+Usage fields (both completion shapes, as the providers report them; a token is a word):
+
+* prompt caching: OpenAI caches by itself, so a request whose messages but the last were
+  seen before (``prompt_cache_min_tokens`` words or more) reports them as
+  ``usage.prompt_tokens_details.cached_tokens``; Anthropic caches what a request marks, so
+  the prefix up to its last ``cache_control`` block is written the first time
+  (``cache_creation_input_tokens``, split by ``ttl`` in ``usage.cache_creation``) and read
+  after (``cache_read_input_tokens``), its ``input_tokens`` the rest of the prompt;
+* reasoning: a request with ``reasoning_effort`` (OpenAI) spends ``REASONING_TOKENS`` of it
+  before the answer (``usage.completion_tokens_details.reasoning_tokens``, counted in
+  ``completion_tokens``); one with ``thinking: {type: enabled, budget_tokens}`` (Anthropic)
+  starts with a ``thinking`` block of ``thinking_tokens`` words (at most the budget), counted
+  in ``output_tokens``. Reasoning that reaches the token limit leaves the answer empty
+  (finish ``length`` / ``max_tokens``).
+
 Credentials: the ``authorization`` / ``x-api-key`` / ``api-key`` / ``x-goog-api-key`` header
 values are never printed or stored; :attr:`FakeLLMServer.requests` entries record their
 presence and a SHA-256 fingerprint only (see :meth:`FakeLLMServer.key_was_sent`).
@@ -120,6 +135,9 @@ _MAX_BODY = 64 * 1024 * 1024
 _STREAM_LIMIT = 256 * 1024  # max size of the request head (request line + headers)
 _QA_RE = re.compile(r"^[ \t]*Q:[ \t]*(-?\d+)[ \t]*\+[ \t]*(-?\d+)[ \t]*$", re.MULTILINE)
 _REASONS: dict[int, str] = {s.value: s.phrase for s in HTTPStatus}
+#: Reasoning tokens an OpenAI request spends per ``reasoning_effort``.
+REASONING_TOKENS: dict[str, int] = {"none": 0, "minimal": 0, "low": 4, "medium": 8, "high": 16}
+_THINKING_WORD = "hmm"
 
 # (OpenAI error type, Anthropic error type) per status.
 _ERROR_TYPES: dict[int, tuple[str, str]] = {
@@ -464,6 +482,11 @@ class FakeLLMServer:
         self.inflight_cap: int | None = None
         self.inflight_cap_retry_after = "0"
         self.backlog = backlog
+        # Prompt caching (see the module's doc): the least prefix cached, the prefixes seen.
+        self.prompt_cache_min_tokens = 1024
+        self._prompt_prefixes: set[tuple[str, str]] = set()
+        # Words of an Anthropic thinking block (at most the request's budget).
+        self.thinking_tokens = 6
 
         self._lock = threading.Lock()
         self._calls = 0
@@ -823,6 +846,10 @@ class FakeLLMServer:
             if "fail_always" in cfg:
                 fa = cfg["fail_always"]
                 self.fail_always = None if fa is None else Fault.from_dict(fa)
+            if "prompt_cache_min_tokens" in cfg:
+                self.prompt_cache_min_tokens = int(cfg["prompt_cache_min_tokens"])
+            if "thinking_tokens" in cfg:
+                self.thinking_tokens = int(cfg["thinking_tokens"])
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             return _error_reply("/_config", 400, f"Bad config: {exc}")
         return _json_reply(200, {"ok": True})
@@ -897,9 +924,29 @@ class FakeLLMServer:
                 (f"{prefix}{first + i}", name, arguments)
                 for i, (name, arguments) in enumerate(calls)
             ]
-            return _completion_reply(path, body, text, seq, self.served_model, tool_calls)
+            usage = _Usage(
+                cached=self._prompt_cache(path, body),
+                thinking_tokens=self.thinking_tokens,
+            )
+            return _completion_reply(
+                path, body, text, seq, self.served_model, tool_calls, usage=usage
+            )
         finally:
             self._inflight -= 1
+
+    def _prompt_cache(self, path: str, body: dict[str, Any]) -> tuple[int, int, str] | None:
+        """The request's cacheable prefix as (its words, whether it was seen before, its
+        ttl), or None when it has none; a prefix not seen before is remembered."""
+        prefix = _cacheable_prefix(path, body)
+        if prefix is None:
+            return None
+        key, words, ttl = prefix
+        if words < max(self.prompt_cache_min_tokens, 1):
+            return None
+        with self._lock:
+            seen = (ttl, key) in self._prompt_prefixes
+            self._prompt_prefixes.add((ttl, key))
+        return words, int(seen), ttl
 
     @staticmethod
     def _fault_reply(path: str, fault: Fault) -> _Reply:
@@ -973,6 +1020,53 @@ def _request_entry(
     }
 
 
+def _cacheable_prefix(path: str, body: dict[str, Any]) -> tuple[str, int, str] | None:
+    """The prefix a provider's prompt cache would hold, as (what tells it apart, its
+    words, its ttl): OpenAI's
+    (automatic) every message but the last; Anthropic's the system and messages up to the
+    last block marked ``cache_control``."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    if path in (OPENAI_CHAT_PATH,) or _AZURE_PATH_RE.match(path):
+        if len(messages) < 2:
+            return None
+        shared = messages[:-1]
+        words = sum(len(_text_of(m.get("content")).split()) for m in shared if isinstance(m, dict))
+        return json.dumps(shared, sort_keys=True), words, "auto"
+    if path != ANTHROPIC_MESSAGES_PATH:
+        return None
+    blocks: list[tuple[Any, dict[str, Any] | None]] = []
+    system = body.get("system")
+    if isinstance(system, list):
+        blocks += [(b, b.get("cache_control")) for b in system if isinstance(b, dict)]
+    elif system:
+        blocks.append((system, None))
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            blocks += [(b, b.get("cache_control")) for b in content if isinstance(b, dict)]
+        else:
+            blocks.append((content, None))
+    marked = [i for i, (_, control) in enumerate(blocks) if control]
+    if not marked:
+        return None
+    last = marked[-1]
+    control = blocks[last][1] or {}
+    kept = [_text_of([b]) if isinstance(b, dict) else _text_of(b) for b, _ in blocks[: last + 1]]
+    words = sum(len(text.split()) for text in kept)
+    return json.dumps(kept), words, str(control.get("ttl") or "5m")
+
+
+@dataclass(frozen=True)
+class _Usage:
+    """What the server's state adds to a reply's usage: the prompt cache's (prefix words,
+    seen before, ttl), and the words of a thinking block."""
+
+    cached: tuple[int, int, str] | None = None
+    thinking_tokens: int = 0
+
+
 def _completion_reply(
     path: str,
     body: dict[str, Any],
@@ -980,17 +1074,32 @@ def _completion_reply(
     seq: int,
     served_model: str | None,
     tool_calls: Sequence[tuple[str, str, dict[str, Any]]] = (),
+    *,
+    usage: _Usage | None = None,
 ) -> _Reply:
     """The answer ``text`` (cut to ``max_tokens`` words) and ``tool_calls`` (id, name,
-    arguments) in the endpoint's shape. With tool calls the stop reason is the tool one."""
+    arguments) in the endpoint's shape. With tool calls the stop reason is the tool one.
+    Reasoning or thinking comes first and counts against the limit."""
+    usage = usage or _Usage()
     words = text.split()
     limit = _max_tokens(body)
-    truncated = limit is not None and len(words) > limit
+    reasoning = 0
+    effort = body.get("reasoning_effort")
+    if isinstance(effort, str):
+        reasoning = REASONING_TOKENS.get(effort, 0)
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        reasoning = min(usage.thinking_tokens, budget if isinstance(budget, int) else 0)
+    if limit is not None:
+        reasoning = min(reasoning, limit)
+    room = None if limit is None else limit - reasoning
+    truncated = room is not None and (len(words) > room or (reasoning and room == 0))
     if truncated:
-        words = words[: max(limit or 0, 0)]
+        words = words[: max(room or 0, 0)]
         text = " ".join(words)
     prompt_tokens = _prompt_words(body)
-    completion_tokens = len(words) + sum(
+    completion_tokens = reasoning + len(words) + sum(
         len(name.split()) + len(json.dumps(arguments).split()) for _, name, arguments in tool_calls
     )
     gemini = _GEMINI_PATH_RE.match(path)
@@ -1021,9 +1130,14 @@ def _completion_reply(
         )
     model = served_model or str(body.get("model") or "fake-model")
     if path == ANTHROPIC_MESSAGES_PATH:
-        content: list[dict[str, Any]] = (
-            [{"type": "text", "text": text}] if text or not tool_calls else []
-        )
+        content: list[dict[str, Any]] = []
+        if reasoning:
+            content.append(
+                {"type": "thinking", "thinking": " ".join([_THINKING_WORD] * reasoning),
+                 "signature": f"sig{seq}"}
+            )  # fmt: skip
+        if text or not (tool_calls or reasoning):
+            content.append({"type": "text", "text": text})
         content.extend(
             {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
             for call_id, name, arguments in tool_calls
@@ -1039,7 +1153,7 @@ def _completion_reply(
                 "content": content,
                 "stop_reason": stop_reason,
                 "stop_sequence": None,
-                "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
+                "usage": _anthropic_usage(prompt_tokens, completion_tokens, usage.cached),
             },
         )
     message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -1062,13 +1176,59 @@ def _completion_reply(
             "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "usage": _openai_usage(
+                prompt_tokens, completion_tokens, usage.cached, reasoning if effort else None
+            ),
         },
     )
+
+
+def _openai_usage(
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached: tuple[int, int, str] | None,
+    reasoning: int | None,
+) -> dict[str, Any]:
+    """OpenAI's usage; the details only when there is a cacheable prefix or reasoning (so
+    the usage of a plain request stays as it was)."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached[0] if cached[1] else 0}
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return usage
+
+
+def _anthropic_usage(
+    prompt_tokens: int, completion_tokens: int, cached: tuple[int, int, str] | None
+) -> dict[str, Any]:
+    """Anthropic's usage: `input_tokens` leaves out what was read from or written to the
+    prompt cache."""
+    if cached is None:
+        return {"input_tokens": prompt_tokens, "output_tokens": completion_tokens}
+    read = written = written_1h = 0
+    if cached is not None:
+        words, seen, ttl = cached
+        if seen:
+            read = words
+        elif ttl == "1h":
+            written = written_1h = words
+        else:
+            written = words
+    return {
+        "input_tokens": prompt_tokens - read - written,
+        "output_tokens": completion_tokens,
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": read,
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": written - written_1h,
+            "ephemeral_1h_input_tokens": written_1h,
+        },
+    }
 
 
 # ------------------------------------------------------------------------------ CLI

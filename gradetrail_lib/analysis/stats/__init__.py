@@ -11,10 +11,12 @@ from gradetrail_lib.analysis.stats.intervals import (
     BootstrapSettings,
     Estimate,
     Interval,
+    effective_interval,
     mean_estimate,
     mean_interval,
     proportion,
     proportion_interval,
+    score_method,
 )
 from gradetrail_lib.analysis.stats.paired import (
     PairedComparison,
@@ -61,6 +63,7 @@ __all__ = [
     "check_comparable",
     "compare",
     "describe",
+    "effective_interval",
     "gate",
     "mcnemar_exact",
     "mean_estimate",
@@ -73,5 +76,6 @@ __all__ = [
     "proportion_interval",
     "repeat_stats",
     "run_stats",
+    "score_method",
     "sign_flip_test",
 ]

@@ -18,7 +18,10 @@ N times), the mean over records is the mean of the per-case means, and its inter
 case is all-pass or all-fail, the proportion's interval over C cases, or the bound when
 every case has the same mean. When cases hold different numbers of records (a mean score
 over the scored records only, some repeats unscored), the statistic is the ratio
-sum / count over the resampled cases, bootstrapped with each case's (sum, count) paired.
+sum / count over the resampled cases, bootstrapped with each case's (sum, count) paired;
+where `score_method` finds the per-case means too few or sparse for a bootstrap, the
+score interval at the effective n weighs each case by its records (the ratio
+estimator's variance), as the equal-size case does with equal weights.
 """
 
 import math
@@ -27,12 +30,19 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from gradetrail_lib.analysis.stats.intervals import (
+    BOOTSTRAP,
+    NEFF,
+    SPARSE,
     BootstrapSettings,
     Estimate,
     Interval,
     bootstrap_interval,
+    effective_interval,
     mean_interval,
     proportion,
+    score_method,
+    skew_warning,
+    too_skewed,
 )
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, ProportionMethod
 
@@ -63,25 +73,40 @@ def cluster_mean_interval(
     bounds: tuple[float, float] = (0.0, 1.0),
     method: ProportionMethod = "wilson",
     settings: BootstrapSettings | None = None,
+    choose: bool = True,
 ) -> Interval:
     """Interval for the mean over every value of `groups` (one group per case, none
-    empty), resampling groups; `mean_interval` itself when no group has two values."""
+    empty), resampling groups; `mean_interval` itself when no group has two values.
+    `choose`: as `mean_interval`'s."""
     if not groups or any(not g for g in groups):
         raise ValueError("need at least one group and no empty group")
     if not is_clustered(groups):
         return mean_interval(
-            [g[0] for g in groups], confidence, bounds=bounds, method=method, settings=settings
-        )
+            [g[0] for g in groups], confidence, bounds=bounds, method=method,
+            settings=settings, choose=choose,
+        )  # fmt: skip
     means = [math.fsum(g) / len(g) for g in groups]
     sizes = {len(g) for g in groups}
     if len(sizes) == 1 or all(m == means[0] for m in means):
-        inner = mean_interval(means, confidence, bounds=bounds, method=method, settings=settings)
+        inner = mean_interval(
+            means, confidence, bounds=bounds, method=method, settings=settings, choose=choose
+        )
+        return replace(inner, method=CLUSTER + inner.method)
+    counts = [float(len(g)) for g in groups]
+    chosen = score_method(means, bounds) if choose else BOOTSTRAP
+    if chosen == NEFF and too_skewed(means, counts, bounds):
+        chosen = SPARSE
+    if chosen != BOOTSTRAP:
+        inner = effective_interval(
+            means, counts, confidence, bounds, method, sparse=chosen == SPARSE
+        )
     else:
         sums = [math.fsum(g) for g in groups]
-        counts = [float(len(g)) for g in groups]
         inner = bootstrap_interval(
             (sums, counts), _ratio, confidence, bounds, settings or BootstrapSettings()
         )
+        if choose:
+            inner = replace(inner, warning=skew_warning(means, counts, bounds))
     return replace(inner, method=CLUSTER + inner.method)
 
 
@@ -92,6 +117,7 @@ def cluster_mean_estimate(
     bounds: tuple[float, float] = (0.0, 1.0),
     method: ProportionMethod = "wilson",
     settings: BootstrapSettings | None = None,
+    choose: bool = True,
 ) -> Estimate:
     """The mean over all values with `cluster_mean_interval`; empty groups (a case with
     nothing to average, e.g. no scored repeat) are left out, as `mean_estimate` leaves
@@ -101,7 +127,7 @@ def cluster_mean_estimate(
     if not values:
         return Estimate(None, 0, None)
     interval = cluster_mean_interval(
-        kept, confidence, bounds=bounds, method=method, settings=settings
+        kept, confidence, bounds=bounds, method=method, settings=settings, choose=choose
     )
     clusters = len(kept) if is_clustered(kept) else None
     return Estimate(math.fsum(values) / len(values), len(values), interval, clusters=clusters)

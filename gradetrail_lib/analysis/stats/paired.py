@@ -16,6 +16,8 @@ allows), and the exact McNemar test. Other scores without repeats take the paire
 bootstrap and a sign-flip test over the pairs: the bootstrap alone named a winner 6.5-
 6.9 % of the time under the null at 20-50 pairs, with the test 4.4-5.1 %
 (docs/statistics.md). McNemar's p is shown beside them, as it reads pass/fail only.
+Graded differences carry a warning with fewer than 30 pairs (cases, with repeats) or
+10 effective differences, where the paired bootstrap is not known to cover.
 
 With repeats (a case with more than one pair) cases are the units, for any score type:
 the repeats of a case are correlated (a case that favours one model tends to favour it
@@ -28,7 +30,7 @@ simulation. The interval is a cluster bootstrap of the per-case mean differences
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from gradetrail_lib.analysis.stats.clusters import (
@@ -43,6 +45,7 @@ from gradetrail_lib.analysis.stats.intervals import (
     Estimate,
     Interval,
     mean_of,
+    paired_warning,
     wilson_bounds,
 )
 from gradetrail_lib.errors import NotComparable
@@ -335,8 +338,13 @@ def compare(
     else:
         per_case = [[values_b[i] - values_a[i] for i in case] for case in cases]
         difference = cluster_mean_estimate(
-            per_case, confidence, bounds=(-1.0, 1.0), method=method, settings=settings
-        )
+            per_case, confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
+            choose=False,
+        )  # fmt: skip
+        assert difference.interval is not None
+        # Few pairs or few non-zero differences: no method here is known to cover.
+        warning = paired_warning([math.fsum(d) / len(d) for d in per_case])
+        difference = replace(difference, interval=replace(difference.interval, warning=warning))
         if not clustered:
             mcnemar = mcnemar_exact(a_only, b_only)
     assert difference.interval is not None  # n >= 1 was checked by pair_up

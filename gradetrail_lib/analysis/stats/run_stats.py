@@ -165,7 +165,8 @@ def run_stats(
 
 def describe(estimate: Estimate, digits: int = 4, *, unit: str = "") -> str:
     """`0.7500 (95% CI 0.4682-0.9111, wilson, n=12)`; k/n first for a proportion;
-    `n=60, 12 cases` when clustered by case; `unit` names what n counts (`n=12 cases`)."""
+    `n=60, 12 cases` when clustered by case; `unit` names what n counts (`n=12 cases`);
+    `; warning: ...` before the closing parenthesis when the interval has one."""
     n_text = estimate.n_text + (f" {unit}" if unit else "")
     if estimate.value is None or estimate.interval is None:
         return f"n/a ({n_text})"
@@ -173,7 +174,8 @@ def describe(estimate: Estimate, digits: int = 4, *, unit: str = "") -> str:
     head = f"{estimate.successes}/{estimate.n} = " if estimate.successes is not None else ""
     return (
         f"{head}{estimate.value:.{digits}f} ({percent(ci.confidence)} CI "
-        f"{ci.low:.{digits}f}-{ci.high:.{digits}f}, {ci.method}, {n_text})"
+        f"{ci.low:.{digits}f}-{ci.high:.{digits}f}, {ci.method}, {n_text}"
+        f"{estimate.warning_text})"
     )
 
 
