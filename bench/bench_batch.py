@@ -12,8 +12,8 @@ n distinct requests to an OpenAI model sent by batch to a loopback fake whose ba
    its responses step over the floor, its peak RSS (target <= 300 MB), and the fake's count
    of custom_ids submitted more than once (target 0).
 3. The same samples sent the ordinary way (another cache): the batch run's cost over the
-   ordinary run's (each answer priced by `call_cost` from its cached usage), against the
-   price list's batch price over its ordinary price for the same tokens.
+   ordinary run's (the manifests' paid cost, each call priced from its own usage),
+   against the price list's batch price over its ordinary price for the same tokens.
 """
 
 import argparse
@@ -29,11 +29,9 @@ import httpx
 
 from bench.bench_pipeline import GRADETRAIL, manifest_of, start_server
 from bench.bench_scale import measured_tree
-from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.batch import Connection
-from gradetrail_lib.providers.pricing import call_cost, load_prices, sum_costs
-from gradetrail_lib.results.runs import RESULTS_FILE
+from gradetrail_lib.providers.pricing import load_prices
 from tests.conftest import write_addition_dataset
 from tests.support.requests import addition_requests
 
@@ -76,11 +74,6 @@ def floor_s(url: str, n: int) -> tuple[float, float, float]:
     return uploaded - started, ended - uploaded, downloaded - ended
 
 
-def run_dir_of(stdout: str, cwd: Path) -> Path:
-    (line,) = [x for x in stdout.splitlines() if x.startswith("Run: ")]
-    return cwd / line.split(" -> ", 1)[1]
-
-
 def stats(url: str) -> dict[str, int]:
     root = url.rsplit("/v1", 1)[0]
     with urllib.request.urlopen(f"{root}/_stats") as answer:
@@ -108,13 +101,11 @@ def main() -> None:
                 [*run, "--batch", "--cache", str(case / "b.duckdb")], case
             )
             batch = manifest_of(out, case)
-            batch_cost = run_cost(case, "b.duckdb", run_dir_of(out, case))
             counted = stats(url)
             _, _, out = measured_tree(
                 [*run, "--concurrency", "64", "--cache", str(case / "s.duckdb")], case
             )
             ordinary = manifest_of(out, case)
-            ordinary_cost = run_cost(case, "s.duckdb", run_dir_of(out, case))
         finally:
             server.terminate()
             server.wait()
@@ -134,41 +125,23 @@ def main() -> None:
         f"(the floor's and the run's), {duplicates} submitted twice (target 0: "
         f"{'met' if duplicates == 0 else 'MISSED'})"
     )
-    print(cost_line(batch_cost, ordinary_cost))
+    print(cost_line(batch, ordinary))
 
 
-def run_cost(case: Path, cache: str, run_dir: Path) -> tuple[float, int, int]:
-    """(dollars, input tokens, output tokens) of a run's answers, each priced by
-    `call_cost` from its own usage as cached (by batch: at the batch rate)."""
-    keys = [str(r["calls"][0]["request_key"]) for r in iter_json(run_dir / RESULTS_FILE)]
-    responses = ResponseCache(case / cache).lookup(keys)
-    assert len(responses) == len(keys)
+def cost_line(batch: dict[str, Any], ordinary: dict[str, Any]) -> str:
+    """The batch run's cost over the ordinary run's (the manifests': each call priced from
+    its own usage), against the price list's batch price over its ordinary price for the
+    same tokens."""
     prices = load_prices()
-    costs = [call_cost(r, prices, "openai", MODEL) for r in responses.values()]
-    usd = sum_costs([c.usd for c in costs])
-    assert usd is not None
-    tokens_in = sum(r.input_tokens or 0 for r in responses.values())
-    tokens_out = sum(r.output_tokens or 0 for r in responses.values())
-    return usd, tokens_in, tokens_out
-
-
-def iter_json(path: Path) -> list[dict[str, Any]]:
-    with open(path) as lines:
-        return [json.loads(line) for line in lines]
-
-
-def cost_line(by_batch: tuple[float, int, int], ordinary: tuple[float, int, int]) -> str:
-    """The batch run's cost over the ordinary run's, against the price list's batch
-    price over its ordinary price for the same tokens."""
-    prices = load_prices()
-    _, tokens_in, tokens_out = ordinary
+    by_batch, sync = batch["target"]["cost_paid_usd"], ordinary["target"]["cost_paid_usd"]
+    tokens_in, tokens_out = ordinary["target"]["input_tokens"], ordinary["target"]["output_tokens"]
     listed_batch = prices.cost("openai", MODEL, tokens_in, tokens_out, batch=True)
     listed = prices.cost("openai", MODEL, tokens_in, tokens_out)
-    assert listed_batch is not None and listed
-    ratio, listed_ratio = by_batch[0] / ordinary[0], listed_batch / listed
+    assert by_batch is not None and sync and listed_batch is not None and listed
+    ratio, listed_ratio = by_batch / sync, listed_batch / listed
     met = "met" if abs(ratio - listed_ratio) < 1e-9 else "MISSED"
     return (
-        f"  cost: by batch ${by_batch[0]:.6f} / ordinary ${ordinary[0]:.6f} = {ratio:.6f}; "
+        f"  cost: by batch ${by_batch:.6f} / ordinary ${sync:.6f} = {ratio:.6f}; "
         f"the price list ({prices.version}) for openai/{MODEL}: {listed_ratio:.6f} "
         f"(equal: {met})"
     )

@@ -96,6 +96,12 @@ def test_a_run_tagged_batch_sends_targets_then_judges_by_batch_and_logs_the_ids(
     # Half price by batch: what was saved is what was paid.
     assert paid.value is not None and paid.value > 0
     assert saved.value == pytest.approx(paid.value)
+    event = instance.get_latest_materialization_event(dg.AssetKey(["add", "scores"]))
+    assert event is not None and event.asset_materialization is not None
+    scores = event.asset_materialization.metadata
+    assert isinstance(scores["cost_saved_usd"], dg.FloatMetadataValue)
+    assert isinstance(scores["cost_paid_usd"], dg.FloatMetadataValue)
+    assert scores["cost_saved_usd"].value == pytest.approx(scores["cost_paid_usd"].value)
 
 
 def test_the_resources_setting_targets_batches_the_targets_only(

@@ -36,6 +36,7 @@ def run(
     timeout_s: float = 60.0,
     cache_name: str = "c.duckdb",
     batch_samples: int | None = None,
+    results: str = "results",
 ) -> CompletedRun:
     loaded = load_spec(spec)
     options = RunOptions(
@@ -52,7 +53,7 @@ def run(
         plan(loaded, loaded.spec.models[0]),
         ResponseCache(tmp_path / cache_name),
         build_backend("local", concurrency=2),
-        tmp_path / "results",
+        tmp_path / results,
         options,
     )
 
@@ -157,11 +158,20 @@ def test_how_requests_are_sent_does_not_change_the_run_identity(
     tmp_path: Path, server: FakeLLMServer
 ) -> None:
     spec = project(tmp_path, server.base_url)
-    by_batch = run(tmp_path, spec, "all", cache_name="a.duckdb")
-    ordinary = run(tmp_path, spec, "off", cache_name="b.duckdb")
+    # (Two results roots: one identity, so one run directory name.)
+    by_batch = run(tmp_path, spec, "all", cache_name="a.duckdb", results="a")
+    ordinary = run(tmp_path, spec, "off", cache_name="b.duckdb", results="b")
     assert server.calls == 2 * N  # the second run's
     assert by_batch.manifest.identity == ordinary.manifest.identity
     assert [r.response for r in by_batch.records] == [r.response for r in ordinary.records]
+    # Only the price differs: half, by the price list's batch discount for the target.
+    batch_target, sync_target = by_batch.manifest.target, ordinary.manifest.target
+    assert (batch_target.batch_calls, sync_target.batch_calls) == (N, 0)
+    assert sync_target.cost_paid_usd is not None and sync_target.cost_paid_usd > 0
+    assert batch_target.cost_paid_usd == pytest.approx(sync_target.cost_paid_usd / 2)
+    assert batch_target.batch_saved_usd == pytest.approx(sync_target.cost_paid_usd / 2)
+    assert all(c.usage_or_default.batch for r in by_batch.records for c in r.calls)
+    assert not any(c.usage_or_default.batch for r in ordinary.records for c in r.calls)
 
 
 def test_past_the_batch_timeout_the_run_stops_and_a_rerun_resumes_the_batch(
