@@ -1,5 +1,9 @@
 """The leaderboard of a spec: models ranked by the primary scorer's pass rate, with the
-other scorers' figures beside it and paired verdicts (on the primary scorer) between them."""
+other scorers' figures beside it and paired verdicts (on the primary scorer) between them.
+
+Model names, run labels, scorer names and refusals reach the Markdown through
+`markdown_text` (a name is data: never a link, HTML or a table's end); the board's JSON
+keeps them as they are."""
 
 from pathlib import Path
 from typing import Any
@@ -9,6 +13,7 @@ import dagster as dg
 from gradetrail_lib.analysis.pairwise import Pairing, every_pair
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.results.runs import Run, load_run
+from gradetrail_lib.results.text import markdown_text
 
 FIGURES = ("n", "passed", "pass_rate", "pass_low", "pass_high", "mean_score")
 
@@ -68,6 +73,8 @@ def _pair(pairing: Pairing) -> dict[str, Any]:
         "paired_p": result.p_value,
         "verdict": result.verdict,
         "winner": pairing.winner,
+        # The smallest difference the pair could detect with 80 % power (see stats.power).
+        "minimum_detectable_effect": result.mde,
     }
 
 
@@ -85,9 +92,11 @@ def _rate(figures: dict[str, Any] | None) -> str:
 
 def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
     primary = board["primary"]
+    md = markdown_text
     others = [s for s in board["scorers"] if s != primary]
-    header = f"| rank | model | passed ({primary}) | pass rate ({primary}) | 95% CI |" + "".join(
-        f" {name} pass rate (95% CI) |" for name in others
+    header = (
+        f"| rank | model | passed ({md(primary)}) | pass rate ({md(primary)}) | 95% CI |"
+        + "".join(f" {md(name)} pass rate (95% CI) |" for name in others)
     )
     rule = "|---|---|---|---|---|" + "---|" * len(others)
     lines = []
@@ -95,24 +104,24 @@ def leaderboard_metadata(board: dict[str, Any]) -> dict[str, Any]:
         rank = "–" if "missing" in m else str(i)
         passed = "n/a" if m["passed"] is None else f"{m['passed']}/{m['n']}"
         lines.append(
-            f"| {rank} | {m['model']} | {passed} | {_fmt(m['pass_rate'])} "
+            f"| {rank} | {md(m['model'])} | {passed} | {_fmt(m['pass_rate'])} "
             f"| {_fmt(m['pass_low'])}–{_fmt(m['pass_high'])} |"
             + "".join(f" {_rate(m['others'].get(name))} |" for name in others)
         )
     table = "\n".join([header, rule, *lines])
     verdicts = [
-        f"| {p['a']} vs {p['b']} | refused: {p['refused']} | | |"
+        f"| {md(p['a'])} vs {md(p['b'])} | refused: {md(p['refused'])} | | |"
         if "refused" in p
-        else f"| {p['a']} vs {p['b']} | {_fmt(p['difference'])} "
+        else f"| {md(p['a'])} vs {md(p['b'])} | {_fmt(p['difference'])} "
         f"({_fmt(p['low'])}–{_fmt(p['high'])}, n={p['n']}"
-        f"{'; warning: ' + p['warning'] if p.get('warning') else ''}) "
+        f"{'; warning: ' + md(p['warning']) if p.get('warning') else ''}) "
         f"| {p['paired_p']:.4g} ({p['paired_test']}) "
-        f"| {p['winner'] or 'no winner'} |"
+        f"| {md(p['winner']) if p['winner'] else 'no winner'} |"
         for p in board["pairs"]
     ]
     if verdicts:
         table += (
-            f"\n\nPaired on {primary}:\n\n"
+            f"\n\nPaired on {md(primary)}:\n\n"
             "| pair (A vs B) | difference B−A | paired test p | winner |\n|---|---|---|---|\n"
             + "\n".join(verdicts)
         )

@@ -6,6 +6,9 @@ Figures per scorer are also flat numbers keyed `<figure>[<scorer>]`, so the UI c
 each across materializations, and so is each failure mode's count (`failures_<mode>`,
 zeros included; an agent's modes only for a spec with tools), and so are the costs
 (`cost_usd`, `cost_paid_usd`, `judge_cost_usd`, `judge_cost_paid_usd`) beside their text.
+
+Every name and text in the Markdown (sample ids, reasons, scorer names) goes through
+`markdown_text`: a record's id is data, never a link, HTML or a table's end.
 """
 
 from collections.abc import Iterable, Iterator
@@ -18,6 +21,7 @@ from gradetrail_lib.analysis.stats import RunStats, describe
 from gradetrail_lib.analysis.summary import RunSummary, format_cost
 from gradetrail_lib.engine.run import FetchedRun
 from gradetrail_lib.providers.pricing import format_usd, sum_costs
+from gradetrail_lib.results.text import markdown_text
 from gradetrail_lib.results.trace import (
     AGENT_FAILURE_MODES,
     FAILURE_MODES,
@@ -79,7 +83,7 @@ def responses_metadata(fetched: FetchedRun) -> dict[str, Any]:
 
 
 def _cell(text: str | None, limit: int = 80) -> str:
-    return (text or "")[:limit].replace("|", "/").replace("\n", " ")
+    return markdown_text((text or "")[:limit])
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -146,7 +150,8 @@ def scores_metadata(
     (its failure modes are counted, its steps shown)."""
     primary = manifest.primary_scorer
     scorer_lines = "\n".join(
-        f"| {name}{' (primary)' if name == primary else ''} | {f.type} | {f.scored}/{f.n} "
+        f"| {markdown_text(name)}{' (primary)' if name == primary else ''} | {f.type} "
+        f"| {f.scored}/{f.n} "
         f"| {f.errors} | {_fmt(f.mean)} | {f.passed} |"
         for name, f in summary.scorers.items()
     )
@@ -157,7 +162,7 @@ def scores_metadata(
     failures = list(islice((r for r in records if r.failure_mode), FAILURES_SHOWN))
     steps_head, steps_rule = (" steps |", "---|") if agent else ("", "")
     failure_lines = "\n".join(
-        f"| {r.id} | {r.failure_mode} |{f' {len(r.trajectory)} |' if agent else ''} "
+        f"| {markdown_text(r.id)} | {r.failure_mode} |{f' {len(r.trajectory)} |' if agent else ''} "
         f"{_cell(e.reason if (e := r.scores.get(primary)) else '')} |"
         for r in failures
     )
@@ -168,7 +173,7 @@ def scores_metadata(
         f"{_calls_line('Target (calls made by responses)', summary.target)}\n\n"
         f"{_calls_line('Judges (calls made here)', summary.judge)}\n\n"
         + (
-            f"| sample | failure ({primary}) |{steps_head} reason |\n"
+            f"| sample | failure ({markdown_text(primary)}) |{steps_head} reason |\n"
             f"|---|---|{steps_rule}---|\n{failure_lines}\n"
             if failures
             else ""
@@ -220,7 +225,7 @@ def viewer_metadata(run_dir: str) -> dict[str, Any]:
 
 def _stats_lines(name: str, figures: RunStats, primary: bool) -> list[str]:
     lines = [
-        f"### {name}{' (primary)' if primary else ''}",
+        f"### {markdown_text(name)}{' (primary)' if primary else ''}",
         f"**Pass rate** (score >= {figures.threshold:g}): {describe(figures.pass_rate)}",
         f"**Mean score**: {describe(figures.mean_score)}",
     ]

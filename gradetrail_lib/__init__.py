@@ -5,7 +5,9 @@ is importable from here and stays where it is.
 memory, so a Python file can be a code-first eval with its own scorers) and returns each
 model's `CompletedRun`; `load_run` reads a run directory back (its `Manifest` and its
 `TraceRecord`s, streamed). `Spec`, `ModelConfig` and `Params` build a spec in Python;
-`InputError` is what bad input raises, naming its file, line and field.
+`InputError` is what bad input raises, naming its file, line and field. `samples_needed`
+says how many samples (`SampleSize`) a paired comparison on a spec needs to detect a
+difference of pass rates, as `gradetrail plan --detect` prints it.
 
 Names are loaded on first use, so `import gradetrail_lib` (and `gradetrail --version`)
 stays cheap; this package never imports Dagster.
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from gradetrail_lib._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from gradetrail_lib.analysis.sample_size import SampleSize, samples_needed
     from gradetrail_lib.config import Params
     from gradetrail_lib.engine.run import CompletedRun, run_spec
     from gradetrail_lib.errors import InputError
@@ -33,10 +36,12 @@ _HOMES = {
     "ModelConfig": "gradetrail_lib.providers.registry",
     "Params": "gradetrail_lib.config",
     "Run": "gradetrail_lib.results.runs",
+    "SampleSize": "gradetrail_lib.analysis.sample_size",
     "Spec": "gradetrail_lib.spec.spec",
     "TraceRecord": "gradetrail_lib.results.trace",
     "load_run": "gradetrail_lib.results.runs",
     "run_spec": "gradetrail_lib.engine.run",
+    "samples_needed": "gradetrail_lib.analysis.sample_size",
 }
 
 __all__ = [
@@ -46,10 +51,12 @@ __all__ = [
     "ModelConfig",
     "Params",
     "Run",
+    "SampleSize",
     "Spec",
     "TraceRecord",
     "load_run",
     "run_spec",
+    "samples_needed",
 ]
 
 

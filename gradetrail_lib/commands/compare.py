@@ -185,6 +185,7 @@ def format_comparison(c: "PairedComparison") -> str:
         f"  Verdict: {c.verdict}" + _verdict_reason(c),
     ]
     lines += [f"  Note: {n}" for n in c.notes]
+    lines += [f"  {mde[0].upper()}{mde[1:]}" for mde in [c.mde_text()] if mde]
     return "\n".join(lines)
 
 

@@ -4,6 +4,9 @@ Every value reaches the page through jinja2 with autoescape on, so a model respo
 such as `<script>...</script>` is shown as text. Autoescape is set explicitly: the
 template is `*.html.j2`, which `select_autoescape` would not recognise as HTML. The
 page's Content-Security-Policy forbids scripts and fetches as a second line of defence.
+Every value is also written through `text.visible` (the environment's `finalize`), so a
+bidirectional override or a NUL in an id or a response shows as its escape (`\\u202e`)
+and never reorders or hides the text around it.
 """
 
 import json
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
 from gradetrail_lib.analysis.pairwise import Pairing, every_pair
 from gradetrail_lib.analysis.stats import (
@@ -31,6 +35,7 @@ from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.providers.pricing import format_usd
 from gradetrail_lib.report.svg import ForestRow, forest_plot
 from gradetrail_lib.results.runs import Run, distinct_labels, load_runs
+from gradetrail_lib.results.text import visible
 from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import AGENT_STOPS, AgentStep, CallTotals, Manifest, TraceRecord
 
@@ -401,9 +406,22 @@ def build_views(
     return views, every_pair(list(zip(labels, runs, strict=True)), **options)
 
 
+def _shown(value: Any) -> Any:
+    """Every `{{ value }}` of a page: text with its bidirectional controls and NULs as
+    escapes. Markup too (an SVG plot, already escaped): an escape holds no HTML
+    metacharacter, so it stays markup. A form field that must carry a record's exact text
+    carries it percent-encoded, as links do (`links.segment`)."""
+    if isinstance(value, Markup):
+        return Markup(visible(str(value)))
+    if isinstance(value, str):
+        return visible(value)
+    return value
+
+
 def environment(*loaders: jinja2.BaseLoader) -> jinja2.Environment:
-    """The report's templates and filters, autoescaped; `loaders` are searched first
-    (the viewer's pages, which import the report's `sample.html.j2`)."""
+    """The report's templates and filters, autoescaped, every value shown through
+    `visible`; `loaders` are searched first (the viewer's pages, which import the
+    report's `sample.html.j2`)."""
     own = jinja2.PackageLoader("gradetrail_lib.report", "templates")
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader([*loaders, own]) if loaders else own,
@@ -411,6 +429,7 @@ def environment(*loaders: jinja2.BaseLoader) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_shown,
     )
     env.filters["usd"] = _usd
     env.filters["num"] = lambda x, d=3: "n/a" if x is None else f"{float(x):.{d}f}"

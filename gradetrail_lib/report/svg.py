@@ -4,16 +4,21 @@ pass rate and its interval over time).
 
 No chart library, no script, no style sheet: colours are presentation attributes, so a
 picture looks the same in the viewer (whose CSP allows style sheets from itself only)
-and in the self-contained report. Every label goes through `markupsafe.escape`: model,
-spec and run names are data.
+and in the self-contained report. Every label goes through `text.visible` and
+`markupsafe.escape`: model, spec and run names are data. A label's width is estimated on
+the generous side (`text_width`: no font metrics on the server) and the label column is
+as wide as the longest label needs, up to `LABEL_SHARE` of the plot; a label longer than
+that is cut with "…", so no label runs past the plot's edge.
 """
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
 from gradetrail_lib.analysis.stats.intervals import Estimate
+from gradetrail_lib.results.text import visible
 
 INK = "#1d232b"
 MUTED = "#5b6673"
@@ -21,6 +26,7 @@ GRID = "#d7dce2"
 DOT = "#1f5fa8"
 FONT = 'font-family="system-ui, sans-serif"'
 TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
+LABEL_SHARE = 0.45  # of the forest plot's width, at most, for the model labels
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,39 @@ def _f(x: float) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
+    text = visible(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _em(char: str) -> float:
+    """A character's advance in em, on the wide side of common sans-serif fonts."""
+    if unicodedata.east_asian_width(char) in ("W", "F"):
+        return 1.05
+    if char in "MWmw@%":
+        return 1.0
+    if char.isupper():
+        return 0.8
+    return 0.64
+
+
+def text_width(text: str, size: float) -> float:
+    """`text`'s width at font size `size`, estimated generously."""
+    return size * sum(_em(c) for c in text)
+
+
+def _fit(text: str, size: float, room: float) -> str:
+    """`text` (its controls made visible), cut with "…" to fit `room` at `size`."""
+    text = visible(text)
+    if text_width(text, size) <= room:
+        return text
+    room -= text_width("…", size)
+    kept = []
+    for char in text:
+        room -= text_width(char, size)
+        if room < 0:
+            break
+        kept.append(char)
+    return "".join(kept) + "…"
 
 
 def _figure(estimate: Estimate) -> str:
@@ -55,7 +93,7 @@ def _figure(estimate: Estimate) -> str:
 
 def _tooltip(label: str, estimate: Estimate, note: str) -> str:
     text = f"{label}: {_figure(estimate)}, {estimate.n_text}"
-    return f"{text}; {note}" if note else text
+    return visible(f"{text}; {note}" if note else text)
 
 
 def _link(href: str | None, inner: str) -> str:
@@ -65,7 +103,9 @@ def _link(href: str | None, inner: str) -> str:
 def forest_plot(rows: Sequence[ForestRow], *, title: str, width: int = 720) -> Markup:
     """One row per entry: label, the interval as a line with the estimate as a dot on a
     0-1 axis, and the figure as text. Rows with n = 0 say n/a."""
-    label_w, value_w, row_h, top, bottom = 210, 150, 22, 26, 26
+    value_w, row_h, top, bottom, gap, size = 150, 22, 26, 26, 10, 12
+    widest = max((text_width(visible(r.label), size) for r in rows), default=0.0)
+    label_w = int(min(max(widest + gap + 2, 120), width * LABEL_SHARE))
     x0, x1 = label_w, width - value_w
     height = top + row_h * max(len(rows), 1) + bottom
 
@@ -75,10 +115,10 @@ def forest_plot(rows: Sequence[ForestRow], *, title: str, width: int = 720) -> M
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="forest" role="img" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'aria-label="{escape(title)}">',
-        f"<title>{escape(title)}</title>",
+        f'aria-label="{escape(visible(title))}">',
+        f"<title>{escape(visible(title))}</title>",
         f'<text x="0" y="15" {FONT} font-size="13" font-weight="600" fill="{INK}">'
-        f"{escape(_clip(title, 90))}</text>",
+        f"{escape(_fit(title, 13, width))}</text>",
     ]
     axis_y = top + row_h * max(len(rows), 1)
     for tick in TICKS:
@@ -93,8 +133,8 @@ def forest_plot(rows: Sequence[ForestRow], *, title: str, width: int = 720) -> M
         cy = top + row_h * i + row_h / 2
         tip = escape(_tooltip(row.label, row.estimate, row.note))
         label = (
-            f'<text x="{x0 - 10}" y="{_f(cy + 4)}" {FONT} font-size="12" fill="{INK}" '
-            f'text-anchor="end">{escape(_clip(row.label, 32))}</text>'
+            f'<text x="{x0 - gap}" y="{_f(cy + 4)}" {FONT} font-size="{size}" fill="{INK}" '
+            f'text-anchor="end">{escape(_fit(row.label, size, x0 - gap - 2))}</text>'
         )
         parts.append(f"<g><title>{tip}</title>{_link(row.href, label)}")
         est, ci = row.estimate, row.estimate.interval
@@ -140,8 +180,8 @@ def history_plot(
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="history" role="img" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'aria-label="{escape(title)}">',
-        f"<title>{escape(title)}</title>",
+        f'aria-label="{escape(visible(title))}">',
+        f"<title>{escape(visible(title))}</title>",
         f'<text x="0" y="14" {FONT} font-size="12" font-weight="600" fill="{INK}">'
         f"{escape(_clip(title, 60))}</text>",
     ]

@@ -4,8 +4,9 @@ Read-only: every route is GET (and HEAD); any other method is 405 and nothing an
 writes. Every response carries a Content-Security-Policy that allows no script at all
 (`default-src 'none'`), the viewer's own style sheet and nothing else, and forbids
 framing; so a `<script>` in a model response would not run even if it were not escaped
-(it is). Host headers other than loopback names are refused, so a web page cannot reach
-the viewer through a DNS name rebound to 127.0.0.1.
+(it is). A Host header other than the address the viewer listens on (and `localhost`
+when it listens on 127.0.0.1 or ::1, or was started with `--host localhost`) is refused,
+so a web page cannot reach the viewer through a DNS name rebound to a loopback address.
 """
 
 import ipaddress
@@ -16,9 +17,9 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -40,7 +41,16 @@ HEADERS = [
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"cache-control", b"no-cache"),
 ]
-LOOPBACK_NAMES = ["127.0.0.1", "localhost", "[::1]", "::1"]
+
+
+class AnyText(PathConvertor):
+    """A path segment holding anything, line breaks too: a sample id may hold a newline,
+    which Starlette's `path` (`.*`) does not match."""
+
+    regex = "[\\s\\S]*"
+
+
+register_url_convertor("text", AnyText())
 
 
 class SecurityHeaders:
@@ -64,14 +74,56 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+def host_names(host: str) -> frozenset[str]:
+    """The Host header names (port left off, lower case) that mean this viewer: the
+    address it listens on, as a URL writes it, and `localhost` for 127.0.0.1 and ::1."""
+    address = check_loopback(host)
+    names = {f"[{address}]" if ":" in address else address}
+    if host == "localhost" or address in ("127.0.0.1", "::1"):
+        names.add("localhost")
+    return frozenset(names)
+
+
+def _host_name(header: str) -> str:
+    """`Host: [::1]:8765` as `[::1]`, `127.0.0.2:8765` as `127.0.0.2` (a bare IPv6
+    address without brackets is not a valid Host header and stays whole, so refused)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        end = header.find("]")
+        return header[: end + 1] if end >= 0 and header[end + 1 :][:1] in ("", ":") else ""
+    name, _, port = header.partition(":")
+    return name if port.isdigit() or not port and ":" not in header else ""
+
+
+class HostCheck:
+    """Refuses (400) a request whose Host header names anything but this viewer."""
+
+    def __init__(self, app: ASGIApp, names: frozenset[str]) -> None:
+        self.app = app
+        self.names = names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers", []))
+            host = headers.get(b"host", b"").decode("latin-1")
+            if _host_name(host) not in self.names:
+                response = Response("Invalid host header", status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _response(page: Page) -> Response:
     if page.location is not None:
         return RedirectResponse(page.location, status_code=page.status)
+    if page.media_type != "text/html":
+        return Response(page.html, status_code=page.status, media_type=page.media_type)
     return HTMLResponse(page.html, status_code=page.status)
 
 
-def create_app(root: Path) -> ASGIApp:
-    """The viewer over the run directories under `root`."""
+def create_app(root: Path, host: str = "127.0.0.1") -> ASGIApp:
+    """The viewer over the run directories under `root`, answering as `host` (the
+    address it listens on, which `bind` checks)."""
     pages = Pages(Catalog(root))
     css = viewer_css()
 
@@ -111,14 +163,14 @@ def create_app(root: Path) -> ASGIApp:
     routes = [
         Route("/", runs, methods=["GET"]),
         Route("/run/{name}", run, methods=["GET"]),
-        Route("/run/{name}/sample/{sample_id:path}", sample, methods=["GET"]),
+        Route("/run/{name}/sample/{sample_id:text}", sample, methods=["GET"]),
         Route("/diff", diff_form, methods=["GET"]),
         Route("/diff/{a}/{b}", diff, methods=["GET"]),
         Route("/static/viewer.css", stylesheet, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES)],
+        middleware=[Middleware(HostCheck, names=host_names(host))],
         exception_handlers={HTTPException: http_error, Exception: http_error},
     )
     # /run/x/ is not /run/x: no redirect that would turn `/run/../` into `/run/..`.
@@ -171,4 +223,4 @@ def serve(root: Path, host: str, port: int, on_ready: Callable[[str], Any] | Non
     shown = f"[{host}]" if ":" in host else host
     if on_ready is not None:
         on_ready(f"http://{shown}:{actual}/")
-    server(create_app(root)).run(sockets=[sock])
+    server(create_app(root, host)).run(sockets=[sock])

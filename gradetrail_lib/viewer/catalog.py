@@ -3,7 +3,9 @@ kept until manifest.json changes, and each run's sample index (`index`).
 
 A directory that is not a readable run (no manifest, a manifest that does not validate,
 an older format) is an error entry with the reader's message, never an exception; hidden
-directories (gradetrail's staging and set-aside ones) and plain files are not runs.
+directories (gradetrail's staging and set-aside ones) and plain files are not runs. A run
+with lines that are not records is listed, flagged `damaged` with the first line's error
+(kept per results file signature, so the runs page reads a file once, not on each load).
 """
 
 import os
@@ -64,11 +66,22 @@ def flags_of(name: str, run: Run) -> tuple[str, ...]:
     return tuple(flags)
 
 
+def damage_flags(index: RunIndex, root: Path) -> tuple[str, ...]:
+    """`damaged: N unreadable lines (first: path:line: field: message)`, or nothing."""
+    if not index.damage:
+        return ()
+    count = len(index.damage)
+    first = index.damage[min(index.damage)].replace(str(root) + os.sep, "")
+    lines = "line" if count == 1 else "lines"
+    return (f"damaged: {count} unreadable {lines} (first: {first})",)
+
+
 class Catalog:
     def __init__(self, root: Path, index_capacity: int = 8) -> None:
         self.root = root.resolve()
         self.indexes = IndexCache(index_capacity)
         self._runs: dict[Path, tuple[Signature, Run | InputError]] = {}
+        self._damage: dict[Path, tuple[Signature, tuple[str, ...]]] = {}
         self._lock = threading.Lock()
 
     def run(self, name: str) -> Run:
@@ -110,7 +123,24 @@ class Catalog:
             ) from None
         with source:
             index = self.indexes.get(run.path / RESULTS_FILE, source, run.manifest.scorer_names)
+            with self._lock:
+                self._damage[run.path] = (index.signature, damage_flags(index, self.root))
             yield run, index, source
+
+    def damage(self, name: str, run: Run) -> tuple[str, ...]:
+        """The run's `damaged` flag, from its index (built when this file was not read
+        yet)."""
+        assert run.path is not None
+        try:
+            sig = signature(os.stat(run.path / RESULTS_FILE))
+        except OSError:
+            return ()
+        with self._lock:
+            known = self._damage.get(run.path)
+        if known is not None and known[0] == sig:
+            return known[1]
+        with self.samples(name) as (_, index, _source):
+            return damage_flags(index, self.root)
 
     def pass_rate(self, name: str, run: Run) -> Estimate:
         """The primary pass rate with its interval: from the manifest's counts, or, with
@@ -143,7 +173,8 @@ class Catalog:
             try:
                 run = self.run(name)
                 rate = self.pass_rate(name, run) if rates else None
-                out.append(RunEntry(name, run, None, rate, flags_of(name, run)))
+                flags = flags_of(name, run) + (self.damage(name, run) if rates else ())
+                out.append(RunEntry(name, run, None, rate, flags))
             except paths.NotFound:
                 out.append(RunEntry(name, None, "refused: a file links out of the results root"))
             except InputError as exc:

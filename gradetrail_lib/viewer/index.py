@@ -8,8 +8,12 @@ answered, and each scorer's score (the record's `score_of`: none without a respo
 and error. Building it parses each line once with pydantic-core's JSON parser (no
 record validation: pages validate only the lines they show), keeping nothing else; a page
 then reads only its lines, by offset, and validates each one with
-`trace.parse_record`, so a bad record is reported as `path:line: field: message` on
-the page that shows it. Nothing is written anywhere.
+`trace.parse_record`. A line that is not a record (a truncated last line, a field
+missing or of the wrong type) is kept in the index as that sample's error
+(`path:line: field: message`, in `damage`): its row and its page show the error, it
+counts as unscored, and every other line is served. Only a first record of another
+format (an older gradetrail's) makes the whole run unreadable. Nothing is written
+anywhere.
 
 Failing, as in the HTML report: below the pass threshold on the primary scorer (or
 unscored), or any scorer's error, or an agent stopped early (thrash, over the step
@@ -53,7 +57,13 @@ from gradetrail_lib.results.trace import (
 
 ERROR_KINDS: tuple[ScoreErrorKind | None, ...] = (None, "scorer_error", "judge_error")
 NO_MODE = -1
+# A damaged line's outcome code: past every real outcome, so no outcome filter keeps it.
+DAMAGED = len(OUTCOMES)
 SEARCH_CACHE = 16
+# Lines over a page's cap are parsed two at a time, each held whole only while its
+# texts are cut to the cap: concurrent pages of a run with huge records then hold capped
+# records, not one whole record each (docs/performance.md has the measurement).
+_LARGE_LINES = threading.BoundedSemaphore(2)
 # A JSON string holds these characters as themselves (no escape): safe to look for in
 # the raw line.
 _PLAIN = re.compile(r"[ !#-\[\]-~]+")
@@ -104,6 +114,8 @@ class RunIndex:
     # A case with more than one record (repeats): intervals resample cases.
     clustered: bool
     threshold: float = DEFAULT_THRESHOLD
+    # The lines that are not records: position -> `path:line: field: message`.
+    damage: dict[int, str] = field(default_factory=dict)
     _orders: dict[str, Ints] = field(default_factory=dict, repr=False)
     _searches: "OrderedDict[str, Bools]" = field(default_factory=OrderedDict, repr=False)
     _rates: dict[str, Estimate] = field(default_factory=dict, repr=False)
@@ -243,14 +255,45 @@ class RunIndex:
                 position += 1
 
     # -- reading ---------------------------------------------------------------------
-    def read(self, source: BinaryIO, positions: Sequence[int]) -> list[TraceRecord]:
-        """The records at `positions`, each read by offset and validated."""
+    def read(
+        self, source: BinaryIO, positions: Sequence[int], cap: int | None = None
+    ) -> list[TraceRecord]:
+        """The records at `positions`, each read by offset and validated (InputError
+        naming the line for one in `damage`); with `cap`, every text in a record longer
+        than `cap` characters is cut there, with a marker (`cut_text`)."""
         fd = source.fileno()
         out = []
         for p in positions:
-            line = os.pread(fd, int(self.lengths[p]), int(self.offsets[p]))
-            out.append(parse_record(line, self.path, int(self.lines[p])))
+            size, number = int(self.lengths[p]), int(self.lines[p])
+            if cap is None or size <= cap:  # no text in it can be longer
+                line = os.pread(fd, size, int(self.offsets[p]))
+                out.append(parse_record(line, self.path, number))
+                continue
+            with _LARGE_LINES:
+                line = os.pread(fd, size, int(self.offsets[p]))
+                try:
+                    parsed = from_json(line)
+                except ValueError:
+                    parsed = None
+                if parsed is None:
+                    out.append(parse_record(line, self.path, number))  # names the error
+                    continue
+                del line
+                small = json.dumps(_cut(parsed, cap), ensure_ascii=False).encode()
+            out.append(parse_record(small, self.path, number))
         return out
+
+    def response_of(self, source: BinaryIO, position: int) -> str | None:
+        """The record's whole response (read, for a line over a page's cap, two at a
+        time like `read`): what a cut response is compared by."""
+        with _LARGE_LINES:
+            record = from_json(self.raw(source, position))
+        response = record.get("response") if isinstance(record, dict) else None
+        return response if isinstance(response, str) else None
+
+    def raw(self, source: BinaryIO, position: int) -> bytes:
+        """The record's line as written."""
+        return os.pread(source.fileno(), int(self.lengths[position]), int(self.offsets[position]))
 
     def find(self, sample_id: str, repeat: int = 0) -> int | None:
         return self.positions.get((sample_id, repeat))
@@ -261,6 +304,25 @@ class RunIndex:
         scores = self.scores.get(scorer)
         values = scores.tolist() if scores is not None else [float("nan")] * self.n
         return ScoreSheet(self.ids, self.repeats.tolist(), values)
+
+
+def cut_text(text: str, cap: int) -> str:
+    """`text`, or its first `cap` characters and a marker saying how long it is."""
+    if len(text) <= cap:
+        return text
+    marker = f"… [truncated: {len(text):,} characters in all; the record in full: its raw link]"
+    return text[:cap] + marker
+
+
+def _cut(value: Any, cap: int) -> Any:
+    """A parsed record with every string in it cut to `cap` characters."""
+    if isinstance(value, str):
+        return cut_text(value, cap)
+    if isinstance(value, list):
+        return [_cut(v, cap) for v in value]
+    if isinstance(value, dict):
+        return {k: _cut(v, cap) for k, v in value.items()}
+    return value
 
 
 def _text_of(content: Any) -> str:
@@ -281,9 +343,31 @@ def _contains(line: bytes, needle: str) -> bool:
     return any(needle in t.lower() for t in texts)
 
 
+def _damage(line: bytes, path: Path, number: int) -> tuple[str, int, str]:
+    """A line that is not a record: its id and repeat as far as they can be read (a
+    truncated line is read as far as it goes), else `line N` and 0, and its error."""
+    try:
+        parse_record(line, path, number)
+        message = str(InputError(str(path), number, None, "not a trace record"))
+    except InputError as exc:
+        message = str(exc)
+    try:
+        partial = from_json(line, allow_partial=True)
+    except ValueError:
+        partial = None
+    partial = partial if isinstance(partial, dict) else {}
+    sample_id, repeat = partial.get("id"), partial.get("repeat")
+    return (
+        sample_id if isinstance(sample_id, str) else f"line {number}",
+        repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else 0,
+        message,
+    )
+
+
 def build_index(path: Path, source: BinaryIO, scorers: Sequence[str], sig: Signature) -> RunIndex:
-    """Scan results.jsonl once. InputError names the first line that is not a record
-    (invalid JSON, a field missing or of the wrong type)."""
+    """Scan results.jsonl once. A line that is not a record (invalid JSON, a field
+    missing or of the wrong type) is indexed as its sample's error (`damage`); a first
+    record of another format is an InputError naming the format."""
     names = list(scorers)
     # Typed arrays, not lists: 8 bytes or 1 a value instead of a Python object each.
     offsets, lengths, lines, repeats = (array("q") for _ in range(4))
@@ -292,6 +376,7 @@ def build_index(path: Path, source: BinaryIO, scorers: Sequence[str], sig: Signa
     scores = [array("d") for _ in names]
     errors = [array("b") for _ in names]
     positions: dict[tuple[str, int], int] = {}
+    damage: dict[int, str] = {}
     nan = float("nan")
     source.seek(0)
     offset = 0
@@ -300,12 +385,14 @@ def build_index(path: Path, source: BinaryIO, scorers: Sequence[str], sig: Signa
         if not line.strip():
             offset += size
             continue
-        if not offsets:  # the first record in full: an old format is named as such
-            parse_record(line, path, number)
         try:
             record = from_json(line)
-            if record.get("schema_version") != SCHEMA_VERSION:
-                parse_record(line, path, number)  # raises, naming the format
+            version = record.get("schema_version")
+            if version != SCHEMA_VERSION:
+                if not offsets and isinstance(version, int):
+                    # The first record is of another format: so is the run (raises).
+                    parse_record(line, path, number)
+                raise ValueError("not a record of this format")
             sample_id, repeat = record["id"], record["repeat"]
             if not isinstance(sample_id, str) or not isinstance(repeat, int):
                 raise TypeError("id and repeat")
@@ -314,15 +401,22 @@ def build_index(path: Path, source: BinaryIO, scorers: Sequence[str], sig: Signa
             code = OUTCOMES.index(record["outcome"])
             failure = record["failure_mode"]
             failure_code = NO_MODE if failure is None else FAILURE_MODES.index(failure)
-            for j, name in enumerate(names):
+            row_scores = []
+            row_errors = []
+            for name in names:
                 entry = entries.get(name)
                 score = entry.get("score") if entry is not None else None
-                scores[j].append(nan if score is None or response is None else float(score))
-                errors[j].append(ERROR_KINDS.index(entry.get("error")) if entry else 0)
+                row_scores.append(nan if score is None or response is None else float(score))
+                row_errors.append(ERROR_KINDS.index(entry.get("error")) if entry else 0)
         except (ValueError, KeyError, TypeError, AttributeError):
-            # Name the line and field the way the readers do.
-            parse_record(line, path, number)
-            raise InputError(str(path), number, None, "not a trace record") from None
+            # Named the way the readers name it; the sample is unscored.
+            sample_id, repeat, message = _damage(line, path, number)
+            damage[len(ids)] = message
+            response, code, failure_code = None, DAMAGED, NO_MODE
+            row_scores, row_errors = [nan] * len(names), [0] * len(names)
+        for j in range(len(names)):
+            scores[j].append(row_scores[j])
+            errors[j].append(row_errors[j])
         positions.setdefault((sample_id, repeat), len(ids))
         offsets.append(offset)
         lengths.append(size)
@@ -357,6 +451,7 @@ def build_index(path: Path, source: BinaryIO, scorers: Sequence[str], sig: Signa
         errors={s: int8(errors[j]) for j, s in enumerate(names)},
         positions=positions,
         clustered=len(set(ids)) < len(ids),
+        damage=damage,
     )
 
 

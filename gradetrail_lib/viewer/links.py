@@ -3,7 +3,8 @@
 * `/`: the runs under the root;
 * `/run/<run-dir-name>`: a run's samples (`?failures=1`: the failing ones, each with its
   input and full response);
-* `/run/<run-dir-name>/sample/<sample-id>` (`?repeat=N` for a repeat other than 0);
+* `/run/<run-dir-name>/sample/<sample-id>` (`?repeat=N` for a repeat other than 0;
+  `?raw=1`: the record's line as written, as text, for texts the page cuts);
 * `/diff/<run-a>/<run-b>`: the samples the two runs disagree on (`?all=1`: every one).
 
 Every segment is percent-encoded (a sample id may hold `/`, `?` or `#`); a query keeps
@@ -40,6 +41,12 @@ def run_href(run: str, params: Params | None = None) -> str:
 
 def sample_href(run: str, sample_id: str, repeat: int = 0) -> str:
     return f"/run/{segment(run)}/sample/{segment(sample_id)}" + query({"repeat": repeat})
+
+
+def sample_raw_href(run: str, sample_id: str, repeat: int = 0) -> str:
+    return f"/run/{segment(run)}/sample/{segment(sample_id)}" + query(
+        {"repeat": repeat, "raw": 1}
+    )
 
 
 def diff_href(run_a: str, run_b: str, params: Params | None = None) -> str:

@@ -35,15 +35,19 @@ from gradetrail_lib.report.html import (
 )
 from gradetrail_lib.report.svg import ForestRow, HistoryPoint, forest_plot, history_plot
 from gradetrail_lib.results.runs import Run, distinct_labels
+from gradetrail_lib.results.text import visible
 from gradetrail_lib.results.trace import FAILURE_MODES, OUTCOMES, Manifest, TraceRecord
 from gradetrail_lib.viewer import links
-from gradetrail_lib.viewer.catalog import Catalog, RunEntry, flags_of
+from gradetrail_lib.viewer.catalog import Catalog, RunEntry, damage_flags, flags_of
 from gradetrail_lib.viewer.index import Query, RunIndex, sort_keys
 from gradetrail_lib.viewer.paths import NotFound
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
 PREVIEW = 160
+# Characters of any one text (a response, a message, a judge's output) a page holds; a
+# longer one is cut with a marker, and its sample page links to the record in full.
+TEXT_CAP = 20_000
 COMPARISONS = 16
 RUN_SORTS = ("spec", "model", "identity", "n", "pass", "cost", "cache", "date", "flags")
 Paired = tuple[PairedComparison, Any]  # the comparison; A's position -> B's
@@ -58,6 +62,7 @@ class Page:
     status: int
     html: str = ""
     location: str | None = None  # a redirect (303)
+    media_type: str = "text/html"
 
 
 def viewer_css() -> str:
@@ -165,6 +170,7 @@ class SampleRow:
     failing: bool
     preview: str
     view: FailedSample | None = None  # in the failures view: the sample in full
+    damage: str | None = None  # a line that is not a record: its error
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,8 @@ def _cells(record: TraceRecord, scorers: Sequence[str], threshold: float) -> lis
 def _preview(record: TraceRecord) -> str:
     if record.response is None:
         return ""
-    text = " ".join(record.response.split())
+    # Only the start is looked at: a preview of a huge response costs what a short one does.
+    text = " ".join(record.response[: PREVIEW * 8].split())
     return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
 
 
@@ -291,11 +298,14 @@ class Pages:
                 raise BadRequest(str(exc)) from None
             pager = _pager(params, len(selected), PER_PAGE)
             positions = [int(p) for p in selected[pager.start : pager.stop]]
-            records = index.read(source, positions)
+            readable = [p for p in positions if p not in index.damage]
+            records = dict(zip(readable, index.read(source, readable, TEXT_CAP), strict=True))
             failing = index.failing()
             rows = [
-                self._row(name, run, index, p, r, bool(failing[p]), full=failures)
-                for p, r in zip(positions, records, strict=True)
+                self._row(name, run, index, p, records[p], bool(failing[p]), full=failures)
+                if p in records
+                else self._damaged_row(name, run, index, p)
+                for p in positions
             ]
             by_outcome, by_mode = index.counts()
             state = State(
@@ -311,7 +321,7 @@ class Pages:
                 name=name,
                 run=m,
                 label=m.label,
-                flags=flags_of(name, run),
+                flags=flags_of(name, run) + damage_flags(index, self.catalog.root),
                 facts=reproducibility_facts(m),
                 rates=[(s, index.pass_rate(s)) for s in scorers],
                 confidence=percent(0.95),
@@ -346,6 +356,21 @@ class Pages:
             view=sample_view(record, primary, index.threshold, f"s{position}") if full else None,
         )
 
+    def _damaged_row(self, name: str, run: Run, index: RunIndex, position: int) -> SampleRow:
+        sample_id, repeat = index.ids[position], int(index.repeats[position])
+        return SampleRow(
+            position=position,
+            id=sample_id,
+            repeat=repeat,
+            href=links.sample_href(name, sample_id, repeat),
+            cells=[ScoreCell(s, None, False, None) for s in run.manifest.scorer_names],
+            outcome="damaged",
+            failure_mode=None,
+            failing=True,
+            preview="",
+            damage=self._relative(index.damage[position]),
+        )
+
     def _others(self, name: str, spec: str) -> list[RunEntry]:
         """The other runs, for the diff form: the same spec's first, newest first."""
         entries = self.catalog.entries(rates=False)
@@ -360,7 +385,14 @@ class Pages:
             position = index.find(sample_id, repeat)
             if position is None:
                 raise NotFound(sample_id)
-            (record,) = index.read(source, [position])
+            if position in index.damage:
+                return self.error(
+                    422, "This sample cannot be read", self._relative(index.damage[position])
+                )
+            if _flag(params, "raw"):  # bidi controls as JSON escapes: the same JSON
+                text = visible(index.raw(source, position).decode("utf-8", "replace"))
+                return Page(200, text, media_type="text/plain; charset=utf-8")
+            (record,) = index.read(source, [position], TEXT_CAP)
             neighbours = {}
             for label, p in (("previous", position - 1), ("next", position + 1)):
                 if 0 <= p < index.n:
@@ -382,6 +414,9 @@ class Pages:
                 repeats=repeats if len(repeats) > 1 else [],
                 position=position,
                 total=index.n,
+                raw=links.sample_raw_href(name, sample_id, repeat),
+                cut=int(index.lengths[position]) > TEXT_CAP,
+                cap=TEXT_CAP,
             )
 
     # -- /diff -------------------------------------------------------------------------
@@ -425,15 +460,23 @@ class Pages:
             page_a = [int(p) for p in chosen[pager.start : pager.stop]]
             page_b = [int(b_of_a[p]) for p in page_a]
             rows = []
-            for ra, rb in zip(
-                index_a.read(source_a, page_a), index_b.read(source_b, page_b), strict=True
+            for pa, pb, ra, rb in zip(
+                page_a,
+                page_b,
+                index_a.read(source_a, page_a, TEXT_CAP),
+                index_b.read(source_b, page_b, TEXT_CAP),
+                strict=True,
             ):
+                same = ra.response == rb.response
+                if same and max(index_a.lengths[pa], index_b.lengths[pb]) > TEXT_CAP:
+                    # Cut texts agree on their start only: compare the whole responses.
+                    same = index_a.response_of(source_a, pa) == index_b.response_of(source_b, pb)
                 rows.append(
                     DiffRow(
                         ra.id, ra.repeat,
                         self._side(name_a, ra, scorer, shared, index_a.threshold),
                         self._side(name_b, rb, scorer, shared, index_b.threshold),
-                        ra.response == rb.response,
+                        same,
                     )
                 )  # fmt: skip
             state = State(

@@ -10,8 +10,9 @@ from gradetrail_lib.viewer.app import bind, create_app, server
 class Background:
     def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0) -> None:
         self.sock = bind(host, port)
-        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
-        self.server = server(create_app(root))
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.sock.getsockname()[1]}"
+        self.server = server(create_app(root, host))
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:

@@ -224,3 +224,84 @@ def test_paths_out_of_the_root_are_404_in_the_browser(
         expected = 422 if path == "/run/broken" else 404
         assert response.status == expected, path
         assert response.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+LONG_MODEL = "provider-with-a-long-name/an-extremely-long-model-name-2026-12-05-instruct-q4"
+# One token with no break opportunity: it wraps only where the badge allows breaking words.
+LONG_SERVED = "another_provider__a_different_served_model_name_with_its_own_long_version_tag_q4"
+WIDE_MODEL = "ＷＩＤＥ全角モデル名前がとても長いです-MMMMMMMMWWWWWWWW-\u202eevil"
+
+
+@pytest.fixture(scope="module")
+def long_names(runs: ViewerRuns) -> list[str]:
+    """Copies of run a under models with long names (one served as another: a long
+    warning badge), so the runs page has long badges and long forest plot labels."""
+    import json
+
+    names = []
+    for i, (requested, served) in enumerate(
+        [(LONG_MODEL, LONG_SERVED), (WIDE_MODEL, WIDE_MODEL), ("m", "m")]
+    ):
+        target = runs.root / f"long-{i}"
+        shutil.copytree(runs.root / runs.a, target)
+        manifest = json.loads((target / "manifest.json").read_text())
+        manifest["model"]["requested"], manifest["model"]["served"] = requested, [served]
+        (target / "manifest.json").write_text(json.dumps(manifest))
+        names.append(target.name)
+    return names
+
+
+def test_long_warning_badges_wrap_inside_their_cell(
+    runs: ViewerRuns, url: str, page: "Page", long_names: list[str]
+) -> None:
+    page.goto(url + "/")
+    badges = page.locator("td.warnings .badge")
+    assert badges.count() >= 1
+    cell_boxes = page.locator("td.warnings").evaluate_all(
+        "cells => cells.map(c => c.getBoundingClientRect().toJSON())"
+    )
+    widest = max(box["width"] for box in cell_boxes)
+    for i in range(badges.count()):
+        badge = badges.nth(i)
+        box = badge.bounding_box()
+        cell = badge.evaluate("b => b.closest('td').getBoundingClientRect().toJSON()")
+        assert box is not None
+        assert box["x"] >= cell["x"] - 0.5, badge.inner_text()
+        assert box["x"] + box["width"] <= cell["x"] + cell["width"] + 0.5, badge.inner_text()
+    # The long one wraps (more than one line tall) rather than widening its column.
+    long_badge = page.locator("td.warnings .badge", has_text="≠ requested")
+    assert long_badge.count() >= 1
+    heights = [long_badge.nth(i).bounding_box()["height"] for i in range(long_badge.count())]  # type: ignore[index]
+    assert max(heights) > 25, heights
+    # ... and the runs table fits its container (no sideways scrolling for a badge).
+    fits = page.locator("td.warnings").first.evaluate(
+        "c => { const t = c.closest('table'), p = t.parentElement;"
+        " return [t.getBoundingClientRect().width, p.clientWidth]; }"
+    )
+    assert fits[0] <= fits[1] + 0.5, fits
+    assert widest < fits[1] / 2
+
+
+def test_forest_plot_labels_stay_inside_the_plot(
+    runs: ViewerRuns, url: str, page: "Page", long_names: list[str]
+) -> None:
+    page.goto(url + "/")
+    plots = page.locator("svg.forest")
+    assert plots.count() >= 1
+    boxes = plots.first.evaluate(
+        """svg => {
+            const box = svg.viewBox.baseVal;
+            return Array.from(svg.querySelectorAll('text')).map(t => {
+                const b = t.getBBox();
+                return {text: t.textContent, x: b.x, y: b.y, w: b.width, h: b.height,
+                        vw: box.width, vh: box.height};
+            });
+        }"""
+    )
+    labels = [b["text"] for b in boxes]
+    assert any(t.startswith("provider-with-a-long-name") for t in labels), labels
+    assert any("\\u202eevil" in t or "全角" in t for t in labels), labels
+    assert not any("\u202e" in t for t in labels)
+    for b in boxes:
+        assert b["x"] >= -0.5 and b["x"] + b["w"] <= b["vw"] + 0.5, b
+        assert b["y"] >= -0.5 and b["y"] + b["h"] <= b["vh"] + 0.5, b

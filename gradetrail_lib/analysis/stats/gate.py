@@ -85,5 +85,6 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
         else ""
     )
     notes = "".join(f" Note: {n}." for n in c.notes)
+    notes += "".join(f" {m[0].upper()}{m[1:]}." for m in [c.mde_text()] if m)
     explanation = f"{'FAIL' if regressed else 'PASS'}: {facts}; {why}. {counts}{unscored}{notes}"
     return GateDecision(not regressed, threshold, comparison, explanation)

@@ -48,6 +48,8 @@ from gradetrail_lib.analysis.stats.intervals import (
     paired_warning,
     wilson_bounds,
 )
+from gradetrail_lib.analysis.stats.power import DEFAULT_POWER, MdeMethod, comparison_mde
+from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.results.sheet import ScoreSheet
@@ -89,6 +91,11 @@ class PairedComparison:
     # The distinct cases (sample ids) of the n pairs: fewer than n with repeats, when
     # the intervals resample cases.
     cases: int | None = None
+    # The minimum detectable effect: the smallest difference this comparison could have
+    # detected with 80 % power (`stats.power`), and how it was worked out: "connor-exact"
+    # for pass/fail pairs, "se" (2.8 standard errors of the paired difference) otherwise.
+    mde: float | None = None
+    mde_method: MdeMethod | None = None
 
     @property
     def clustered(self) -> bool:
@@ -99,6 +106,31 @@ class PairedComparison:
 
     def winner_label(self) -> str:
         return {"A": self.label_a, "B": self.label_b}.get(self.verdict, "no winner")
+
+    def detectable(self, difference: float) -> bool | None:
+        """Whether a difference of this size (either direction) was within this
+        comparison's 80 % power; None when no minimum detectable effect is known."""
+        if self.mde_method is None:
+            return None
+        return self.mde is not None and abs(difference) >= self.mde
+
+    def mde_text(self) -> str | None:
+        """One sentence on the minimum detectable effect when no winner is named, so that
+        "no winner" is not read as "no difference"; None when there is a winner."""
+        if self.verdict != "no winner" or self.mde_method is None:
+            return None
+        alpha = f"alpha = {1 - self.confidence:.3g} two-sided"
+        if self.mde is None:
+            return (
+                f"minimum detectable effect: none; no difference of any size could be "
+                f"detected with {percent(DEFAULT_POWER)} power on {self.n} pairs "
+                f"({self.mde_method}, {alpha}), so no winner says nothing about a difference"
+            )
+        return (
+            f"minimum detectable effect: {self.mde:.3f} (the smallest difference this "
+            f"comparison could detect with {percent(DEFAULT_POWER)} power; "
+            f"{self.mde_method}, {alpha}): no winner is not evidence of no difference"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +160,11 @@ class PairedComparison:
             "unscored_b": self.unscored_b,
             "unscored_policy": "unscored samples count as failures with score 0",
             "notes": list(self.notes),
+            "minimum_detectable_effect": {
+                "value": self.mde,
+                "method": self.mde_method,
+                "power": DEFAULT_POWER,
+            },
         }
 
 
@@ -370,6 +407,13 @@ def compare(
             "are not independent"
         )
 
+    mde, mde_method = comparison_mde(
+        binary=binary,
+        discordant=a_only + b_only,
+        case_differences=[[values_b[i] - values_a[i] for i in case] for case in cases],
+        confidence=confidence,
+    )
+
     def rate(passes: list[bool]) -> Estimate:
         return cluster_proportion(
             [[passes[i] for i in case] for case in cases], confidence, method, settings
@@ -399,6 +443,8 @@ def compare(
         unscored_b=sum(s != s for s in scores_b),
         notes=tuple(all_notes),
         cases=len(cases),
+        mde=mde,
+        mde_method=mde_method,
     )
 
 
