@@ -284,7 +284,11 @@ def newcombe_coverage(n: int, probabilities: tuple[float, float, float, float]) 
     def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
         counts = _pair_counts(runs, rng, n, probabilities)
         return _outcome(
-            [newcombe_paired_interval(*map(int, row), CONFIDENCE) for row in counts], truth
+            [
+                newcombe_paired_interval(int(b), int(a_only), int(b_only), int(n), CONFIDENCE)
+                for b, a_only, b_only, n in counts
+            ],
+            truth,
         )
 
     return simulate
@@ -300,10 +304,11 @@ def paired_null(n: int, probabilities: tuple[float, float, float, float]) -> Sim
         decided: dict[tuple[int, ...], Decision] = {}
 
         def verdict(run: int) -> Decision:
-            row = tuple(int(c) for c in counts[run])
+            both, a_only, b_only, neither = (int(c) for c in counts[run])
+            row = (both, a_only, b_only, neither)
             if row not in decided:
-                interval = newcombe_paired_interval(*row, CONFIDENCE)
-                p = mcnemar_exact(row[1], row[2])
+                interval = newcombe_paired_interval(both, a_only, b_only, neither, CONFIDENCE)
+                p = mcnemar_exact(a_only, b_only)
                 decided[row] = (paired_verdict(interval, p, ALPHA), (interval.method, MCNEMAR))
             return decided[row]
 
@@ -347,6 +352,12 @@ def clustered_verdict(differences: Any, test: str, settings: BootstrapSettings) 
     estimate = cluster_mean_estimate(differences.tolist(), bounds=(-1.0, 1.0), settings=settings)
     assert estimate.interval is not None
     return paired_verdict(estimate.interval, p, ALPHA), (test, estimate.interval.method)
+
+
+_NULLS_WITH_REPEATS: tuple[tuple[str, Literal["few", "many"]], ...] = (
+    ("about 4 discordant cases", "few"),
+    ("many discordant cases", "many"),
+)
 
 
 def paired_null_repeats(cases: int, repeats: int, kind: Literal["few", "many"]) -> Simulate:
@@ -574,9 +585,7 @@ CELLS: list[Cell] = [
             kind="type-I",
             seed=1 + i,
         )
-        for i, (label, kind) in enumerate(
-            (("about 4 discordant cases", "few"), ("many discordant cases", "many"))
-        )
+        for i, (label, kind) in enumerate(_NULLS_WITH_REPEATS)
     ),
     Cell(
         name="paired null, graded skewed, 20 pairs, no repeats",
