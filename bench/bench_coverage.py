@@ -533,8 +533,6 @@ CELLS: list[Cell] = [
     Cell(
         name="precision@5, 30 cases x 5 repeats",
         simulate=retrieval_precision(30, 5, 5),
-        nominal=(0.93, 0.99),
-        note="the cluster interval over 30 cases: a little conservative",
         seed=5,
     ),
     *(
