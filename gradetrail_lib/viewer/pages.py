@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 import numpy as np
 
+from gradetrail_lib.analysis.calibration import run_calibrations
 from gradetrail_lib.analysis.history import HistoryEntry, read_history
 from gradetrail_lib.analysis.stats import PairedComparison, check_comparable, compare
 from gradetrail_lib.analysis.stats.intervals import Estimate, Interval
@@ -336,6 +337,7 @@ class Pages:
                 others=self._others(name, m.spec.name),
                 repeats=index.clustered,
                 threshold=index.threshold,
+                calibrations=run_calibrations(run.path) if run.path is not None else [],
             )
 
     def _row(
