@@ -11,7 +11,9 @@ page says so.
 The samples are held as a dict of id -> fields per dataset file, kept for the last few
 files and re-read only when a file's signature (device, inode, mtime, size) changes.
 That is fine at today's dataset sizes (tens of thousands of short rows); a dataset of
-millions of long rows would want an offset index like the results file's instead.
+millions of long rows would want an offset index like the results file's instead, so a
+file over `MAX_BYTES` is not read (its reference is unavailable, and says why): the
+viewer's memory stays bounded.
 """
 
 import json
@@ -28,6 +30,7 @@ from gradetrail_lib.results.trace import Manifest
 from gradetrail_lib.viewer.index import Signature, signature
 
 DATASETS_KEPT = 4
+MAX_BYTES = 64 * 1024 * 1024
 
 # What a cached dataset file is: its samples' fields by id, or why they are unavailable.
 Loaded = dict[str, dict[str, Any]] | str
@@ -66,8 +69,9 @@ def field_text(value: Any, cap: int) -> str:
 class DatasetShelf:
     """The dataset files the viewer has read, by path and signature (thread-safe)."""
 
-    def __init__(self, kept: int = DATASETS_KEPT) -> None:
+    def __init__(self, kept: int = DATASETS_KEPT, max_bytes: int = MAX_BYTES) -> None:
         self.kept = kept
+        self.max_bytes = max_bytes
         self._loaded: OrderedDict[tuple[Path, Signature, str], Loaded] = OrderedDict()
         self._lock = threading.Lock()
         self.reads = 0  # files read so far (the tests check the cache with it)
@@ -80,6 +84,11 @@ class DatasetShelf:
             sig = signature(where.stat())
         except OSError as exc:
             return f"cannot read the dataset file {where}: {exc.strerror}"
+        if sig[3] > self.max_bytes:
+            return (
+                f"the dataset file {where} is over {self.max_bytes:,} bytes, "
+                "more than the viewer holds in memory"
+            )
         key = (where, sig, manifest.dataset.hash)
         with self._lock:
             found = self._loaded.get(key)

@@ -156,3 +156,13 @@ def test_the_sample_page_shows_the_reference_too(runs: ViewerRuns, url: str) -> 
     with Background(runs.root) as read_only:  # the plain viewer shows it as well
         page = httpx.get(read_only + sample_href(runs.small, "q005"), timeout=30)
         assert reference_of(page.text, on_sample)["expected"] == "5"
+
+
+def test_a_dataset_over_the_size_cap_is_not_read(runs: ViewerRuns) -> None:
+    m = manifest_of(runs, runs.small)
+    size = (Path(m.spec.path).parent / m.dataset.path).stat().st_size
+    assert DatasetShelf(max_bytes=size).reference(m, "q002", 100).problem is None
+    small = DatasetShelf(max_bytes=size - 1)
+    problem = small.reference(m, "q002", 100).problem
+    assert problem is not None and f"is over {size - 1:,} bytes" in problem
+    assert small.reads == 0
