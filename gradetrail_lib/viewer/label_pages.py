@@ -107,6 +107,7 @@ class LabelPages:
                 context |= {
                     "record": record,
                     "view": view,
+                    "reference": self.pages.datasets.reference(m, record.id, TEXT_CAP),
                     "references": [
                         Reference(scorer=s, reason=e.reason)
                         for s, e in record.scores.items()

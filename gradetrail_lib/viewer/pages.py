@@ -43,6 +43,7 @@ from gradetrail_lib.viewer.catalog import Catalog, RunEntry, damage_flags, flags
 from gradetrail_lib.viewer.index import Query, RunIndex, sort_keys
 from gradetrail_lib.viewer.labelling import LabelDesk, LabelForm, whole_hash
 from gradetrail_lib.viewer.paths import NotFound
+from gradetrail_lib.viewer.reference import DatasetShelf
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
@@ -217,6 +218,8 @@ class Pages:
         self.catalog = catalog
         # With `view --labels`: the sample and failures pages carry label forms.
         self.desk = desk
+        # The runs' dataset files, for each sample's reference (reference.py).
+        self.datasets = DatasetShelf()
         self.env = environment(jinja2.PackageLoader("gradetrail_lib.viewer", "templates"))
         self.env.filters["when"] = _when
         self.env.filters["cost"] = format_cost
@@ -434,6 +437,7 @@ class Pages:
             return self.render(
                 "page_sample.html.j2",
                 form=form,
+                reference=self.datasets.reference(run.manifest, record.id, TEXT_CAP),
                 name=name,
                 label=run.manifest.label,
                 record=record,
