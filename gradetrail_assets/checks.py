@@ -9,14 +9,20 @@
   severity WARN; another model fails with ERROR); passes when nothing was served;
 * `dataset_hash_matches`: the run scored the data the `dataset` asset last recorded for
   this partition (its data version), not a file edited since;
+* `judge_agreement`: per judge scorer with at least 30 random human labels on the run's
+  responses, Cohen's kappa with them is at least the threshold (passes, saying so, where
+  no judge has that many);
 * `agent_stop_rate` (a spec with tools only): an agent's cases stopped early, repeating a
   call with nothing new observed (`thrash`) or still calling tools at the step budget
   (`budget_exhausted`), over all samples, under the threshold.
 """
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 from gradetrail_assets.resources import GradetrailResource
+from gradetrail_lib.analysis.calibration import MIN_RANDOM_LABELS, Calibration
 from gradetrail_lib.analysis.summary import RunSummary
 from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import AGENT_STOPS, Manifest
@@ -35,6 +41,8 @@ CHECK_DESCRIPTIONS = {
     "served_model_matches": "Every model the provider reports having served is the requested one.",
     "dataset_hash_matches": "The run's dataset hash is the dataset asset's data version "
     "for this partition.",
+    "judge_agreement": "Per judge scorer with at least 30 random human labels, Cohen's "
+    "kappa with them at least GRADETRAIL_MIN_JUDGE_KAPPA.",
 }
 AGENT_CHECK_DESCRIPTIONS = {
     "agent_stop_rate": "Agent cases stopped early (thrash: the same call again with nothing "
@@ -85,6 +93,33 @@ def judge_error_rates(totals: RunTotals, manifest: Manifest) -> dict[str, dict[s
                 "rate": _rate(errors, answered),
             }
     return rates
+
+
+def judge_agreement_check(
+    calibrations: Sequence[Calibration], minimum: float
+) -> dg.AssetCheckResult:
+    """Fails when a judge with 30 random labels agrees with people below `minimum`."""
+    counted = [c for c in calibrations if c.n_random >= MIN_RANDOM_LABELS]
+    kappas = {c.scorer: c.kappa.value for c in counted}
+    low = {name: k for name, k in kappas.items() if k is None or k < minimum}
+    if not counted:
+        description = f"no judge scorer has {MIN_RANDOM_LABELS} random human labels yet"
+    elif low:
+        description = "below the threshold: " + ", ".join(
+            f"{name} kappa {'undefined' if k is None else f'{k:.3f}'}" for name, k in low.items()
+        )
+    else:
+        description = "every labelled judge agrees with people at least as required"
+    return dg.AssetCheckResult(
+        check_name="judge_agreement",
+        passed=not low,
+        description=f"{description} (threshold {minimum:g})",
+        metadata={
+            "threshold": minimum,
+            "kappas": dg.MetadataValue.json(kappas),
+            "random_labels": dg.MetadataValue.json({c.scorer: c.n_random for c in calibrations}),
+        },
+    )
 
 
 def served_model_check(manifest: Manifest) -> dg.AssetCheckResult:
@@ -147,6 +182,7 @@ def score_checks(
     dataset_version: str | None,
     *,
     agent: bool = False,
+    calibrations: Sequence[Calibration] = (),
 ) -> list[dg.AssetCheckResult]:
     n = summary.samples
     errors = summary.outcomes.get("provider_error", 0)
@@ -182,5 +218,6 @@ def score_checks(
         ),
         served_model_check(manifest),
         dataset_check(manifest, dataset_version),
+        judge_agreement_check(calibrations, settings.min_judge_kappa),
         *([agent_stop_check(summary, settings)] if agent else []),
     ]  # fmt: skip

@@ -34,6 +34,7 @@ from gradetrail_assets.tables import (
     score_rows,
     stats_rows,
 )
+from gradetrail_lib.analysis.calibration import run_calibrations
 from gradetrail_lib.analysis.stats import run_stats
 from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset
@@ -194,6 +195,8 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         )  # fmt: skip
         if rebuilt:
             context.log.warning("the scores table had an older layout; it was rebuilt")
+        # The judges measured against the human labels on these responses, if any.
+        calibrations = run_calibrations(done.run_dir)
         # The run directory is what the steps downstream read; its name holds the
         # identity, which the data version covers with the records.
         yield dg.Output(
@@ -207,13 +210,15 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
                 )
             ),
             metadata=scores_metadata(
-                done.summary, failures.records, done.manifest, str(done.run_dir), agent=agent
+                done.summary, failures.records, done.manifest, str(done.run_dir), agent=agent,
+                calibrations=calibrations,
             ),
-        )
+        )  # fmt: skip
         dataset_version = latest_data_version(context.instance, keys["dataset"], partition)
         yield from score_checks(
-            done.totals, done.summary, done.manifest, gradetrail, dataset_version, agent=agent
-        )
+            done.totals, done.summary, done.manifest, gradetrail, dataset_version, agent=agent,
+            calibrations=calibrations,
+        )  # fmt: skip
 
     @dg.asset(
         key=keys["stats"],

@@ -11,12 +11,13 @@ Every name and text in the Markdown (sample ids, reasons, scorer names) goes thr
 `markdown_text`: a record's id is data, never a link, HTML or a table's end.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
 import dagster as dg
 
+from gradetrail_lib.analysis.calibration import Calibration
 from gradetrail_lib.analysis.stats import RunStats, describe
 from gradetrail_lib.analysis.summary import RunSummary, format_cost
 from gradetrail_lib.engine.run import FetchedRun
@@ -125,6 +126,7 @@ def scores_metadata(
     run_dir: str,
     *,
     agent: bool = False,
+    calibrations: Sequence[Calibration] = (),
 ) -> dict[str, Any]:
     """`records`: the run's, or any that hold its first failures (`FirstFailures`); a
     stream is read until `FAILURES_SHOWN` failures are found. `agent`: the spec has tools
@@ -194,7 +196,25 @@ def scores_metadata(
     for name, f in summary.scorers.items():
         metadata[f"mean_score[{name}]"] = dg.MetadataValue.float(f.mean or 0.0)
         metadata[f"errors[{name}]"] = dg.MetadataValue.int(f.errors)
-    return metadata | viewer_metadata(run_dir)
+    return metadata | calibration_metadata(calibrations) | viewer_metadata(run_dir)
+
+
+def calibration_metadata(calibrations: Sequence[Calibration]) -> dict[str, Any]:
+    """The first labelled judge's kappa and corrected pass rate as floats (what a chart
+    plots: `judge_kappa`, `corrected_pass_rate`; absent where undefined or withheld), and
+    every labelled judge's calibration as JSON (`calibration`)."""
+    if not calibrations:
+        return {}
+    first = calibrations[0]
+    found: dict[str, Any] = {
+        "calibration": dg.MetadataValue.json({c.scorer: c.to_json() for c in calibrations})
+    }
+    if first.kappa.value is not None:
+        found["judge_kappa"] = dg.MetadataValue.float(first.kappa.value)
+    corrected = first.corrected_pass_rate
+    if corrected is not None and corrected.value is not None:
+        found["corrected_pass_rate"] = dg.MetadataValue.float(corrected.value)
+    return found
 
 
 def viewer_metadata(run_dir: str) -> dict[str, Any]:

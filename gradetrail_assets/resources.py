@@ -28,6 +28,7 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     max_truncation_rate: float = DEFAULTS.max_truncation_rate
     max_judge_error_rate: float = DEFAULTS.max_judge_error_rate
     max_agent_stop_rate: float = DEFAULTS.max_agent_stop_rate
+    min_judge_kappa: float = DEFAULTS.min_judge_kappa
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "GradetrailResource":

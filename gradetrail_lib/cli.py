@@ -13,9 +13,11 @@ from collections.abc import Sequence
 
 from gradetrail_lib._version import __version__
 from gradetrail_lib.commands import (
+    calibrate,
     compare,
     cost,
     gate,
+    labels,
     list_runs,
     plan,
     report,
@@ -36,7 +38,7 @@ from gradetrail_lib.errors import (
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
-COMMANDS = [run, plan, list_runs, compare, gate, cost, report, retrieval, view]
+COMMANDS = [run, plan, list_runs, compare, gate, cost, report, retrieval, calibrate, labels, view]
 
 
 def build_parser() -> argparse.ArgumentParser:

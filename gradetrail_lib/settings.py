@@ -40,6 +40,8 @@ class Settings:
     max_judge_error_rate: float = 0.05
     # An agent's cases stopped early (thrash, over the step budget), over all samples.
     max_agent_stop_rate: float = 0.10
+    # A judge's Cohen's kappa with the human labels, once 30 random labels exist.
+    min_judge_kappa: float = 0.6
 
     @classmethod
     def from_environment(
@@ -73,6 +75,7 @@ ENVIRONMENT = {
     "max_truncation_rate": "GRADETRAIL_MAX_TRUNCATION_RATE",
     "max_judge_error_rate": "GRADETRAIL_MAX_JUDGE_ERROR_RATE",
     "max_agent_stop_rate": "GRADETRAIL_MAX_AGENT_STOP_RATE",
+    "min_judge_kappa": "GRADETRAIL_MIN_JUDGE_KAPPA",
 }
 
 DEFAULTS = Settings()

@@ -8,15 +8,12 @@ ids, repeats, request keys, scores and outcomes), which says whether two runs' r
 differ. `gradetrail list` prints it; `gradetrail gate --baseline previous` picks a
 baseline from it.
 
-The file is append-only, an entry appended once its run directory is in place. Each
-entry is one `write` of one line to a descriptor opened with O_APPEND, under an exclusive
-`flock` (readers take a shared one), so two processes finishing together never
-interleave half lines. The name starts with a dot, as every non-run entry under the
-root does (a shell's `results/*` lists run directories only).
+The file is append-only, an entry appended once its run directory is in place, through
+`results.appendlog` (one write of one line under an exclusive `flock`), so two processes
+finishing together never interleave half lines. The name starts with a dot, as every
+non-run entry under the root does (a shell's `results/*` lists run directories only).
 """
 
-import fcntl
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +30,7 @@ from gradetrail_lib.errors import (
     input_errors,
     on_line,
 )
+from gradetrail_lib.results.appendlog import append_lines, read_locked
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from gradetrail_lib.results.runs import MANIFEST_FILE
 from gradetrail_lib.results.totals import Totalled, totals_of
@@ -171,24 +169,7 @@ def entry_for(
 
 def append_entry(results_root: Path, entry: HistoryEntry) -> None:
     """Appends one line: one write under an exclusive lock (see the module docstring)."""
-    line = (entry.model_dump_json() + "\n").encode("utf-8")
-    results_root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(history_path(results_root), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        start = os.fstat(fd).st_size  # under the lock: where this line begins
-        try:
-            written = os.write(fd, line)
-            while written < len(line):  # a short write (a full disk, a signal): finish it
-                written += os.write(fd, line[written:])
-        except OSError:
-            # A full disk took part of the line (Linux writes what fits in the file's last
-            # page): cut it off, or every later entry would follow half a line and the
-            # history would no longer parse.
-            os.ftruncate(fd, start)
-            raise
-    finally:
-        os.close(fd)  # releases the lock
+    append_lines(history_path(results_root), (entry.model_dump_json() + "\n").encode("utf-8"))
 
 
 def record_run(
@@ -204,11 +185,8 @@ def read_history(results_root: Path) -> list[HistoryEntry]:
     """Every entry, in the order appended (none when there is no history yet); a bad line
     is an InputError naming path and line."""
     path = history_path(results_root)
-    try:
-        with open(path, "rb") as lines:
-            fcntl.flock(lines.fileno(), fcntl.LOCK_SH)
-            data = lines.read()
-    except FileNotFoundError:
+    data = read_locked(path)
+    if data is None:
         return []
     entries = []
     for number, line in enumerate(data.splitlines(), start=1):

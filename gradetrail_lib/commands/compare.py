@@ -11,10 +11,11 @@ from gradetrail_lib.analysis.stats import check_comparable, compare
 from gradetrail_lib.analysis.stats.paired import MCNEMAR
 from gradetrail_lib.commands.options import add_stats_options
 from gradetrail_lib.commands.pairing import ScorerPair, dataset_differs, pick, scorer_pairs
-from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.errors import NotComparable, UsageError
 from gradetrail_lib.results.runs import distinct_labels, load_run
 
 if TYPE_CHECKING:
+    from gradetrail_lib.analysis.calibration import CorrectedComparison
     from gradetrail_lib.analysis.stats import PairedComparison
 
 EXIT_OK = 0
@@ -51,6 +52,12 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     )
     parser.add_argument(
         "--force", action="store_true", help="compare even if scorer or dataset hashes differ"
+    )
+    parser.add_argument(
+        "--corrected",
+        action="store_true",
+        help="also compare each shared judge scorer's pass rate corrected by the human "
+        "labels on each run (PPI++; `gradetrail calibrate`)",
     )
     add_stats_options(parser)
     parser.set_defaults(handler=compare_command)
@@ -98,6 +105,7 @@ def compare_command(args: argparse.Namespace) -> int:
         results.append(ScorerResult(pair, comparison, None))
     if not any(r.comparison is not None for r in results):
         raise NotComparable("; ".join(str(r.refused) for r in results if r.pair.shared))
+    corrected = _corrected(args, [p.name for p in shared]) if args.corrected else []
     if args.json:
         payload = {
             "run_a": str(args.run_a),
@@ -106,10 +114,32 @@ def compare_command(args: argparse.Namespace) -> int:
             "b": b_label,
             "scorers": [r.to_json() for r in results],
         }
+        if args.corrected:
+            payload["corrected"] = [c.to_json() for c in corrected]
         print(json.dumps(payload, indent=2))
     else:
         print(format_results(results, labels))
+        if args.corrected:
+            print("\n".join(["", *[c.format(labels) for c in corrected]]))
     return EXIT_OK
+
+
+def _corrected(args: argparse.Namespace, shared: list[str]) -> "list[CorrectedComparison]":
+    from gradetrail_lib.analysis.calibration import compare_corrected, judge_scorers
+
+    judges = [name for name in shared if name in judge_scorers(args.run_a)]
+    if not judges:
+        raise UsageError("--corrected: the runs share no judge scorer")
+    return [
+        compare_corrected(
+            args.run_a,
+            args.run_b,
+            name,
+            threshold=args.pass_threshold,
+            confidence=args.confidence,
+        )
+        for name in judges
+    ]
 
 
 def format_results(results: list[ScorerResult], labels: tuple[str, str]) -> str:

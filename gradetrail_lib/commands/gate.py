@@ -21,7 +21,7 @@ from gradetrail_lib.analysis.history import Baseline, previous_run
 from gradetrail_lib.analysis.stats import GateDecision, check_comparable, compare, gate
 from gradetrail_lib.commands.options import add_stats_options, non_negative
 from gradetrail_lib.commands.pairing import ScorerPair, pick, scorer_pairs
-from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.errors import NotComparable, UsageError
 from gradetrail_lib.results.defaults import DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.results.runs import Run, distinct_labels, load_run
 from gradetrail_lib.spec.identity import records_fingerprint
@@ -64,9 +64,27 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     parser.add_argument(
         "--force", action="store_true", help="gate even if scorer or dataset hashes differ"
     )
+    parser.add_argument(
+        "--require-kappa",
+        type=kappa_level,
+        default=None,
+        metavar="K",
+        help="refuse (exit 2) to gate on a judge scorer whose Cohen's kappa with the human "
+        "labels on the candidate's responses is below K, or that has no labels",
+    )
     parser.add_argument("--json", action="store_true", help="print the decision as JSON")
     add_stats_options(parser)
     parser.set_defaults(handler=gate_command)
+
+
+def kappa_level(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not -1.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a kappa lies in [-1, 1], not {text}")
+    return value
 
 
 def gate_command(args: argparse.Namespace) -> int:
@@ -90,6 +108,16 @@ def gate_command(args: argparse.Namespace) -> int:
     else:
         gated = [pick(pairs, args.scorer or b.primary_scorer)]
     # Every gated scorer is checked before any is computed: one refusal refuses the gate.
+    if args.require_kappa is not None:
+        from gradetrail_lib.analysis.calibration import kappa_refusal
+
+        distrusted = [
+            why
+            for pair in gated
+            if (why := kappa_refusal(args.run, pair.name, args.require_kappa)) is not None
+        ]
+        if distrusted:
+            raise UsageError("not gated: " + "; ".join(distrusted))
     refusals, notes = [], {}
     for pair in gated:
         try:

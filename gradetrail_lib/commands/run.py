@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from gradetrail_lib.analysis.calibration import summary_lines
 from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache.base import Cache
@@ -255,6 +256,8 @@ def _run_spec(
         # The whole command's, from the process's start to the last byte written.
         summary = format_summary(done.totals, done.summary, since_start())
         print(summary, file=out)
+        for line in summary_lines(done.run_dir):
+            print(line, file=out)
         for warning in done.manifest.warnings:
             print(f"Warning: {warning}", file=out)
     return EXIT_OK if any_scored else EXIT_FAILED

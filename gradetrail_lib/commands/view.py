@@ -1,5 +1,7 @@
-"""`gradetrail view [RESULTS_ROOT] [--port 8765]`: serve the read-only results viewer on
-127.0.0.1. Starlette and uvicorn are imported only when the command runs."""
+"""`gradetrail view [RESULTS_ROOT] [--port 8765] [--labels]`: serve the read-only results
+viewer on 127.0.0.1; `--labels` adds the labelling queue and label forms, which write
+`<results>/.labels.jsonl` and nothing else. Starlette and uvicorn are imported only when
+the command runs."""
 
 import argparse
 import contextlib
@@ -7,6 +9,7 @@ import sys
 from pathlib import Path
 
 from gradetrail_lib.errors import UsageError
+from gradetrail_lib.labels import default_labeller
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 EXIT_OK = 0
@@ -35,6 +38,17 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         default="127.0.0.1",
         help="loopback only (the default, 127.0.0.1): any other address is refused",
     )
+    parser.add_argument(
+        "--labels",
+        action="store_true",
+        help="also label samples pass/fail (a labelling queue, and buttons on the sample "
+        "and failures pages), written to RESULTS_ROOT/.labels.jsonl",
+    )
+    parser.add_argument(
+        "--labeller",
+        default=None,
+        help="the name recorded with each label (default: your login name)",
+    )
     parser.set_defaults(handler=view_command)
 
 
@@ -47,11 +61,15 @@ def view_command(args: argparse.Namespace) -> int:
     from gradetrail_lib.viewer.app import check_loopback, serve
 
     check_loopback(args.host)
+    labeller = args.labeller or default_labeller()
+    if args.labeller is not None and not args.labeller.strip():
+        raise UsageError("--labeller must not be empty")
+    mode = f"labelling as {labeller!r}" if args.labels else "read-only"
 
     def ready(url: str) -> None:
-        print(f"Viewing {root} at {url} (read-only; Ctrl-C to stop)", flush=True)
+        print(f"Viewing {root} at {url} ({mode}; Ctrl-C to stop)", flush=True)
 
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn stops on Ctrl-C by itself
-        serve(root, args.host, args.port, on_ready=ready)
+        serve(root, args.host, args.port, on_ready=ready, labels=args.labels, labeller=labeller)
     print("viewer stopped", file=sys.stderr)
     return EXIT_OK

@@ -19,6 +19,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from gradetrail_lib.analysis.calibration import Calibration, run_calibrations
 from gradetrail_lib.analysis.pairwise import Pairing, every_pair
 from gradetrail_lib.analysis.stats import (
     DEFAULT_CONFIDENCE,
@@ -134,6 +135,8 @@ class RunView:
     failures: list[FailedSample]
     # With repeats (a case with more than one record): every scorer's pass@k and pass^k.
     repeats: list[RepeatStats] = field(default_factory=list)
+    # The judges with human labels on the run's responses.
+    calibrations: list[Calibration] = field(default_factory=list)
 
 
 def _messages(raw: Any) -> list[Message]:
@@ -400,7 +403,7 @@ def build_views(
             RunView(
                 label, every[0], every, run.manifest.judge,
                 reproducibility_facts(run.manifest), list(run.manifest.warnings), failures,
-                repeats,
+                repeats, run_calibrations(run.path) if run.path is not None else [],
             )
         )  # fmt: skip
     return views, every_pair(list(zip(labels, runs, strict=True)), **options)

@@ -1,7 +1,11 @@
 """The viewer's web app (Starlette) and its server (uvicorn), on loopback only.
 
 Read-only: every route is GET (and HEAD); any other method is 405 and nothing anywhere
-writes. Every response carries a Content-Security-Policy that allows no script at all
+writes. With `labels` (`gradetrail view --labels`) there is one route that writes, POST
+/label/<run>, which appends to the labels file only and refuses (403) any post that is
+not from the viewer's own page with its token (labelling.py).
+
+Every response carries a Content-Security-Policy that allows no script at all
 (`default-src 'none'`), the viewer's own style sheet and nothing else, and forbids
 framing; so a `<script>` in a model response would not run even if it were not escaped
 (it is). A Host header other than the address the viewer listens on (and `localhost`
@@ -17,6 +21,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -27,6 +32,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.viewer.catalog import Catalog
+from gradetrail_lib.viewer.label_pages import LabelPages
+from gradetrail_lib.viewer.labelling import (
+    MAX_BODY,
+    BadLabel,
+    LabelDesk,
+    Refused,
+    check_origin,
+    form_fields,
+)
 from gradetrail_lib.viewer.pages import Page, Pages, viewer_css
 
 CSP = (
@@ -54,10 +68,12 @@ register_url_convertor("text", AnyText())
 
 
 class SecurityHeaders:
-    """Adds HEADERS to every HTTP response, errors included (outermost middleware)."""
+    """Adds HEADERS to every HTTP response, errors included (outermost middleware);
+    `referrer` replaces the referrer policy (labelling needs `same-origin`)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, referrer: bytes = b"no-referrer") -> None:
         self.app = app
+        self.headers = [(k, referrer if k == b"referrer-policy" else v) for k, v in HEADERS]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,7 +83,7 @@ class SecurityHeaders:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 names = {k.lower() for k, _ in message.get("headers", [])}
-                extra = [(k, v) for k, v in HEADERS if k not in names]
+                extra = [(k, v) for k, v in self.headers if k not in names]
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
@@ -121,10 +137,16 @@ def _response(page: Page) -> Response:
     return HTMLResponse(page.html, status_code=page.status)
 
 
-def create_app(root: Path, host: str = "127.0.0.1") -> ASGIApp:
+def create_app(
+    root: Path, host: str = "127.0.0.1", *, labels: bool = False, labeller: str = "viewer"
+) -> ASGIApp:
     """The viewer over the run directories under `root`, answering as `host` (the
-    address it listens on, which `bind` checks)."""
-    pages = Pages(Catalog(root))
+    address it listens on, which `bind` checks); `labels`: with the labelling queue and
+    label forms, labels written as by `labeller`."""
+    names = host_names(host)
+    catalog = Catalog(root)
+    desk = LabelDesk(catalog.root, labeller) if labels else None
+    pages = Pages(catalog, desk)
     css = viewer_css()
 
     def params(request: Request) -> dict[str, str]:
@@ -153,11 +175,32 @@ def create_app(root: Path, host: str = "127.0.0.1") -> ASGIApp:
     def stylesheet(request: Request) -> Response:
         return Response(css, media_type="text/css")
 
+    def label_queue(request: Request) -> Response:
+        assert label_pages is not None
+        name = request.path_params["name"]
+        return _response(pages.handle(label_pages.queue, name, params(request)))
+
+    async def label_post(request: Request) -> Response:
+        assert label_pages is not None and desk is not None
+        try:
+            check_origin(request.headers, names, request.scope.get("server"))
+            body = await _body(request, MAX_BODY)
+            fields = form_fields(body, request.headers.get("content-type", ""))
+            if not desk.valid_token(fields.get("token")):
+                raise Refused("the form's token is missing or not this viewer's")
+        except Refused as exc:
+            return _response(pages.error(403, "Refused", str(exc)))
+        except BadLabel as exc:
+            return _response(pages.error(exc.status, "This label was not saved", str(exc)))
+        name = request.path_params["name"]
+        page = await run_in_threadpool(pages.handle, label_pages.post, name, fields)
+        return _response(page)
+
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         title = {404: "Not found", 405: "Method not allowed"}.get(status, "Error")
         page = pages.error(status, title)
-        headers = {"allow": "GET, HEAD"} if status == 405 else None
+        headers = {"allow": "GET, HEAD, POST" if labels else "GET, HEAD"} if status == 405 else None
         return HTMLResponse(page.html, status_code=status, headers=headers)
 
     routes = [
@@ -168,14 +211,31 @@ def create_app(root: Path, host: str = "127.0.0.1") -> ASGIApp:
         Route("/diff/{a}/{b}", diff, methods=["GET"]),
         Route("/static/viewer.css", stylesheet, methods=["GET"]),
     ]
+    label_pages = LabelPages(pages, desk) if desk is not None else None
+    if label_pages is not None:
+        routes += [
+            Route("/label/{name}", label_queue, methods=["GET"]),
+            Route("/label/{name}", label_post, methods=["POST"]),
+        ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(HostCheck, names=host_names(host))],
+        middleware=[Middleware(HostCheck, names=names)],
         exception_handlers={HTTPException: http_error, Exception: http_error},
     )
     # /run/x/ is not /run/x: no redirect that would turn `/run/../` into `/run/..`.
     app.router.redirect_slashes = False
-    return SecurityHeaders(app)
+    return SecurityHeaders(app, b"same-origin" if labels else b"no-referrer")
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    """The request body, refused (BadLabel, 413) past `limit` bytes without reading on."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadLabel(f"the form is over {limit} bytes", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def check_loopback(host: str) -> str:
@@ -216,11 +276,14 @@ def server(app: ASGIApp) -> uvicorn.Server:
     return uvicorn.Server(config)
 
 
-def serve(root: Path, host: str, port: int, on_ready: Callable[[str], Any] | None = None) -> None:
+def serve(
+    root: Path, host: str, port: int, on_ready: Callable[[str], Any] | None = None,
+    *, labels: bool = False, labeller: str = "viewer",
+) -> None:  # fmt: skip
     """Serve the viewer until interrupted (Ctrl-C). `on_ready` gets the URL."""
     sock = bind(host, port)
     actual = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     if on_ready is not None:
         on_ready(f"http://{shown}:{actual}/")
-    server(create_app(root, host)).run(sockets=[sock])
+    server(create_app(root, host, labels=labels, labeller=labeller)).run(sockets=[sock])

@@ -5,7 +5,9 @@
   input and full response);
 * `/run/<run-dir-name>/sample/<sample-id>` (`?repeat=N` for a repeat other than 0;
   `?raw=1`: the record's line as written, as text, for texts the page cuts);
-* `/diff/<run-a>/<run-b>`: the samples the two runs disagree on (`?all=1`: every one).
+* `/diff/<run-a>/<run-b>`: the samples the two runs disagree on (`?all=1`: every one);
+* `/label/<run-dir-name>?seed=N` (with `gradetrail view --labels` only): the labelling
+  queue (`&at=K`: its K-th sample; `&after=K`: the first unlabelled one after the K-th).
 
 Every segment is percent-encoded (a sample id may hold `/`, `?` or `#`); a query keeps
 only the parameters that differ from their defaults, so a view has one URL.
@@ -51,6 +53,10 @@ def sample_raw_href(run: str, sample_id: str, repeat: int = 0) -> str:
 
 def diff_href(run_a: str, run_b: str, params: Params | None = None) -> str:
     return f"/diff/{segment(run_a)}/{segment(run_b)}" + query(params or {})
+
+
+def label_href(run: str, params: Params | None = None) -> str:
+    return f"/label/{segment(run)}" + query(params or {})
 
 
 def viewer_url(run_dir: Path | str, base: str | None = None) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 import numpy as np
 
+from gradetrail_lib.analysis.calibration import run_calibrations
 from gradetrail_lib.analysis.history import HistoryEntry, read_history
 from gradetrail_lib.analysis.stats import PairedComparison, check_comparable, compare
 from gradetrail_lib.analysis.stats.intervals import Estimate, Interval
@@ -40,6 +41,7 @@ from gradetrail_lib.results.trace import FAILURE_MODES, OUTCOMES, Manifest, Trac
 from gradetrail_lib.viewer import links
 from gradetrail_lib.viewer.catalog import Catalog, RunEntry, damage_flags, flags_of
 from gradetrail_lib.viewer.index import Query, RunIndex, sort_keys
+from gradetrail_lib.viewer.labelling import LabelDesk, LabelForm, whole_hash
 from gradetrail_lib.viewer.paths import NotFound
 
 PER_PAGE = 50
@@ -211,8 +213,10 @@ def _when(iso: str) -> str:
 
 
 class Pages:
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, desk: LabelDesk | None = None) -> None:
         self.catalog = catalog
+        # With `view --labels`: the sample and failures pages carry label forms.
+        self.desk = desk
         self.env = environment(jinja2.PackageLoader("gradetrail_lib.viewer", "templates"))
         self.env.filters["when"] = _when
         self.env.filters["cost"] = format_cost
@@ -221,8 +225,12 @@ class Pages:
             run_href=links.run_href,
             sample_href=links.sample_href,
             diff_href=links.diff_href,
+            label_href=links.label_href,
             failure_labels=FAILURE_LABELS,
             root=str(catalog.root),
+            # Label forms need the browser to send the viewer's own Origin (labelling.py).
+            referrer_policy="same-origin" if desk is not None else "no-referrer",
+            labelling=desk is not None,
         )
         self._comparisons: OrderedDict[tuple[Any, ...], Paired | NotComparable] = OrderedDict()
         self._lock = threading.Lock()
@@ -316,6 +324,19 @@ class Pages:
                     "per": pager.per if "per" in params else None, "page": pager.page,
                 },
             )  # fmt: skip
+            forms: list[LabelForm | None] = []
+            if self.desk is not None and failures:
+                lookup = self.desk.lookup()
+                forms = [
+                    self.desk.form(
+                        name, m.spec.name, records[p], via="page", lookup=lookup,
+                        sha=whole_hash(index, source, p, records[p], TEXT_CAP),
+                        back=f"{state.href()}#sample-{p}",
+                    )
+                    if p in records
+                    else None
+                    for p in positions
+                ]  # fmt: skip
             return self.render(
                 "page_run.html.j2",
                 name=name,
@@ -333,9 +354,11 @@ class Pages:
                 state=state,
                 pager=pager,
                 rows=rows,
+                forms=forms,
                 others=self._others(name, m.spec.name),
                 repeats=index.clustered,
                 threshold=index.threshold,
+                calibrations=run_calibrations(run.path) if run.path is not None else [],
             )
 
     def _row(
@@ -401,8 +424,16 @@ class Pages:
                 r for r in range(run.manifest.repeats) if index.find(sample_id, r) is not None
             ]
             primary = run.manifest.primary_scorer
+            form = None
+            if self.desk is not None:
+                here = links.sample_href(name, record.id, record.repeat)
+                sha = whole_hash(index, source, position, record, TEXT_CAP)
+                form = self.desk.form(
+                    name, run.manifest.spec.name, record, sha=sha, via="page", back=here
+                )
             return self.render(
                 "page_sample.html.j2",
+                form=form,
                 name=name,
                 label=run.manifest.label,
                 record=record,

@@ -17,7 +17,7 @@ MODEL = "fake-1"
 STEPS = ("dataset", "responses", "scores", "stats", "report")
 CHECKS = (
     "provider_error_rate", "truncation_rate", "judge_error_rate", "served_model_matches",
-    "dataset_hash_matches",
+    "dataset_hash_matches", "judge_agreement",
 )  # fmt: skip
 
 

@@ -204,6 +204,7 @@ def test_checks_fail_on_a_served_model_a_judge_error_rate_and_a_changed_dataset(
         "judge_error_rate": False,
         "served_model_matches": False,
         "dataset_hash_matches": False,
+        "judge_agreement": True,  # no human label: nothing to hold the judge to
     }
     judge = checks["judge_error_rate"]
     assert judge.metadata["rate"].value == 2 / N

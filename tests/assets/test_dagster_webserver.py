@@ -105,7 +105,7 @@ def test_dagster_dev_serves_the_graph_schedule_and_sensors(
         assert scores["opVersion"] == scorer_hash(loaded)  # every scorer, judge file included
         assert {c["name"] for c in scores["assetChecksOrError"]["checks"]} == {
             "provider_error_rate", "truncation_rate", "judge_error_rate",
-            "served_model_matches", "dataset_hash_matches",
+            "served_model_matches", "dataset_hash_matches", "judge_agreement",
         }  # fmt: skip
         (repo,) = data["repositoriesOrError"]["nodes"]
         assert {s["name"] for s in repo["schedules"]} == {"add__nightly"}

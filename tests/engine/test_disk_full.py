@@ -21,11 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.analysis import history
 from gradetrail_lib.analysis.history import HISTORY_FILE, append_entry, read_history
 from gradetrail_lib.cli import main
 from gradetrail_lib.errors import disk_full, disk_full_message
-from gradetrail_lib.results import trace
+from gradetrail_lib.results import appendlog, trace
 
 N = 200  # ~270 kB of results.jsonl: fits a 2 MB tmpfs, not the 64 kB left once it is filled
 TMPFS_SIZE = "2m"
@@ -255,7 +254,7 @@ def test_a_torn_history_line_is_cut_off(tmp_path: Path, monkeypatch: pytest.Monk
             return real_write(fd, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(history.os, "write", write)
+    monkeypatch.setattr(appendlog.os, "write", write)
     with pytest.raises(OSError) as caught:
         append_entry(root, entry)
     assert caught.value.errno == errno.ENOSPC and calls == 2
