@@ -109,6 +109,12 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "requests share its answer)",
     )
     run.add_argument(
+        "--no-exec-cache",
+        action="store_true",
+        help="run every program of a code scorer again, instead of reusing the execution "
+        "cached beside the cache file",
+    )
+    run.add_argument(
         "--max-cost",
         type=float,
         default=None,
@@ -249,6 +255,7 @@ def _run_spec(
         options = RunOptions(
             progress=ProgressBar(label),
             phase_seconds={"startup": startup_s, **job.phase_seconds(position)},
+            exec_cache=not args.no_exec_cache,
         )
         done = run_model(eval_plan, cache, backend, args.results, options)
         any_scored = any_scored or done.summary.any_scored

@@ -17,6 +17,7 @@ from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
+from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
 from gradetrail_lib.engine.plan import Batch, RunPlan, load_spec_dataset
@@ -129,11 +130,24 @@ class RunOptions:
     # passes `NotSent` (its responses step sent them); the scorers' calls still use the
     # run's backend.
     targets: Backend | None = None
+    # False is `--no-exec-cache`: the code scorer runs every program again.
+    exec_cache: bool = True
     # Target keys an earlier step of this run sent (Dagster's responses): found in the
     # cache now, but this run's calls, not cache hits.
     already_sent: Container[str] = frozenset()
     # Samples a batch (default: about 8,192 items).
     batch_samples: int | None = None
+
+
+def attach_exec_cache(plan: RunPlan, cache: Cache | None, enabled: bool) -> None:
+    """Give each scorer that runs programs the execution cache beside the response
+    cache file (none without a cache file, or with `--no-exec-cache`)."""
+    path = getattr(cache, "path", None)
+    exec_cache = ExecCache(exec_cache_path(path)) if enabled and isinstance(path, Path) else None
+    for scorer in plan.scorers:
+        use = getattr(scorer, "use_exec_cache", None)
+        if use is not None:
+            use(exec_cache)
 
 
 def run_model(
@@ -150,6 +164,7 @@ def run_model(
     (`--no-cache`); the run's own answers are held in memory, so it still sends each
     request once."""
     started_at = datetime.now(UTC)
+    attach_exec_cache(plan, cache, options.exec_cache)
     cache = cache if cache is not None else MemoryCache()
     prices = options.prices or load_prices()
     totals = RunTotals(plan.scorer_names)
@@ -418,6 +433,7 @@ def run_spec(
     concurrency: int | str = DEFAULTS.concurrency,
     read_cache: bool = True,
     repeats: int | None = None,
+    exec_cache: bool = True,
 ) -> list[CompletedRun]:
     """`gradetrail run` from Python: every model of the spec (or those named), in order.
 
@@ -427,7 +443,8 @@ def run_spec(
     "this_file.py:function"}`. `models` are names of the spec's models, `provider/name`
     for others, or `ModelConfig`s. Every spec's input is checked before any call.
     `read_cache=False` is `--no-cache`: the cache file is neither read nor written (nor
-    created), and each run still sends a request once."""
+    created), and each run still sends a request once. `exec_cache=False` is
+    `--no-exec-cache`: the code scorer runs every program again."""
     if isinstance(spec, str | Path) and Path(spec).is_dir():
         sources: list[SpecSource] = list(spec_files(Path(spec)))
     else:
@@ -442,7 +459,9 @@ def run_spec(
     with sender.session():
         for job in planned:
             for position, each in enumerate(job.plans):
-                options = RunOptions(phase_seconds=job.phase_seconds(position))
+                options = RunOptions(
+                    phase_seconds=job.phase_seconds(position), exec_cache=exec_cache
+                )
                 done.append(
                     run_model(each, response_cache, sender, Path(results_root), options)
                 )

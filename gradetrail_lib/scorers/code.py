@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
+from gradetrail_lib.cache.executions import ExecCache, execution_key
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers.base import Message
@@ -176,6 +177,11 @@ class CodeScorer(BaseScorer):
         self.name = config.name
         self.language = LANGUAGES[config.language]()
         self.limits = Limits(timeout_s=config.timeout_s, memory_mb=config.memory_mb)
+        # Set by the run (`use_exec_cache`); None runs every program (`--no-exec-cache`).
+        self.exec_cache: ExecCache | None = None
+
+    def use_exec_cache(self, cache: ExecCache | None) -> None:
+        self.exec_cache = cache
 
     def _fields(self) -> tuple[str, ...]:
         c = self.config
@@ -239,4 +245,14 @@ class CodeScorer(BaseScorer):
         return with_output(explain(execution, program, self.language, self.limits), execution)
 
     def execute(self, program: str) -> Execution:
-        return run_program(program, self.language, self.limits, self.config.sandbox)
+        cache = self.exec_cache
+        if cache is None:
+            return run_program(program, self.language, self.limits, self.config.sandbox)
+        c = self.config
+        key = execution_key(program, c.harness, self.language, self.limits, c.sandbox)
+        found = cache.get(key)
+        if found is not None:
+            return found
+        execution = run_program(program, self.language, self.limits, c.sandbox)
+        cache.put(key, execution)
+        return execution

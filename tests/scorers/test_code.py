@@ -131,14 +131,16 @@ def test_abuse_is_contained_and_the_other_samples_score_normally(
         "project": f"print(open({str(project_file)!r}).read())",
         "shadow": "print(open('/etc/shadow').read())",
         "write": f"open({str(outside)!r}, 'w').write('x')",
-        "fork": "import os\nwhile True:\n    os.fork()",
         "alloc": "x = bytearray(8 * 1024 ** 3)",
-        "loop": "while True:\n    pass",
         "flood": "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)",
         "ok2": "assert 2 + 2 == 4",
+        # Last, beside the endless loop: run as root, the kernel does not hold a fork bomb
+        # to the process rlimit, so until its timeout it starves what runs beside it.
+        "loop": "while True:\n    pass",
+        "fork": "import os\nwhile True:\n    os.fork()",
     }
     rows = [{"id": k, "answer": v} for k, v in programs.items()]
-    spec = project(tmp_path, rows, "{type: code, code_from: response, timeout_s: 2}")
+    spec = project(tmp_path, rows, "{type: code, code_from: response, timeout_s: 3}")
     try:
         (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
     finally:
@@ -190,3 +192,36 @@ def test_the_wheels_bwrap_runs_the_sandbox_too(monkeypatch: pytest.MonkeyPatch) 
     assert (done.status, done.exit_code) == ("exited", 0)
     assert "'sandbox'" in done.stdout and "'work'" not in done.stdout and "etc" not in done.stdout
     assert "PATH" not in done.stdout
+
+
+@needs_bwrap
+def test_a_rescore_runs_no_program_and_no_exec_cache_runs_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gradetrail_lib.scorers.code as code_module
+
+    ran: list[str] = []
+    real = code_module.run_program
+
+    def counted(program: str, *args: object) -> object:
+        ran.append(program)
+        return real(program, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(code_module, "run_program", counted)
+    rows = [{"id": "a", "answer": "print(1)"}, {"id": "b", "answer": "assert False"}]
+    spec = project(tmp_path, rows, "{type: code, timeout_s: 5}")
+    cache = tmp_path / "c.db"
+    (first,) = run_spec(spec, results_root=tmp_path / "r", cache=cache)
+    assert len(ran) == 2 and (tmp_path / "c.db.exec.sqlite").exists()
+    (second,) = run_spec(spec, results_root=tmp_path / "r", cache=cache)
+    assert len(ran) == 2  # nothing ran: every execution came from the cache
+    def scored(run: object) -> list[tuple[str, float | None, str]]:
+        return [(r.id, r.scores["score"].score, r.scores["score"].reason) for r in run.records]  # type: ignore[attr-defined]
+
+    assert scored(second) == scored(first)
+    run_spec(spec, results_root=tmp_path / "r", cache=cache, exec_cache=False)
+    assert len(ran) == 4
+    # Other limits are another execution.
+    spec = project(tmp_path, rows, "{type: code, timeout_s: 6}")
+    run_spec(spec, results_root=tmp_path / "r", cache=cache)
+    assert len(ran) == 6
