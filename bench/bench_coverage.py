@@ -7,10 +7,16 @@ the interval gradetrail prints for each (its own functions, default settings) an
 how often the interval holds the true figure. Cells whose coverage can be computed
 exactly (a Wilson interval of a pass rate: a sum over the binomial pmf) are exact and
 ignore `runs`. tests/analysis/test_coverage.py runs every cell with fewer runs and
-asserts its range; the full-size table is in docs/statistics.md ("Measured coverage").
+asserts its range; the full-size tables are in docs/statistics.md ("Measured coverage"
+and "Type-I error of the verdict").
 
-A cell is generic (a name, a simulate function, the range its coverage must lie in), so
-paired and retrieval cells can join `CELLS` with simulate functions of their own.
+A cell is generic (a name, a simulate function, the range its figure must lie in). Its
+`kind` says what the figure is: "coverage" (how often the interval holds the truth) or
+"type-I" (under a null of no difference, how often a paired comparison names a winner;
+its Outcome also gives how often the gate fails, which needs the candidate named the
+loser: at most alpha / 2). Where a cell also measures the method gradetrail replaced
+(records or (case, repeat) pairs as independent), `Outcome.naive` is that method's
+figure, which does not hold.
 """
 
 import argparse
@@ -18,7 +24,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -29,12 +35,21 @@ from gradetrail_lib.analysis.calibration import (
     ppi_means,
 )
 from gradetrail_lib.analysis.retrieval import faithfulness_interval
-from gradetrail_lib.analysis.stats.clusters import cluster_proportion
+from gradetrail_lib.analysis.stats.clusters import cluster_mean_estimate, cluster_proportion
 from gradetrail_lib.analysis.stats.intervals import (
     BootstrapSettings,
     Interval,
     mean_interval,
     wilson_bounds,
+)
+from gradetrail_lib.analysis.stats.paired import (
+    CLUSTER_SIGN_FLIP,
+    MCNEMAR,
+    SIGN_FLIP,
+    mcnemar_exact,
+    newcombe_paired_interval,
+    paired_verdict,
+    sign_flip_test,
 )
 from gradetrail_lib.analysis.stats.repeats import pass_at_k, pass_hat_k
 
@@ -42,17 +57,27 @@ CONFIDENCE = 0.95
 # The issue's range for a 95 % interval: not below 93 % (undercover) nor above 98 %
 # (so wide it says less than the data do).
 NOMINAL = (0.93, 0.98)
+ALPHA = 1 - CONFIDENCE
+# A type-I cell: a winner named at most alpha of the time (the interval and the paired
+# test at the same two-sided level), plus twice the simulation's standard error.
+TYPE_I = (0.0, ALPHA)
+Kind = Literal["coverage", "type-I"]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How often the interval held the truth, over `runs` simulated data sets (None:
-    computed exactly); the interval methods that were printed, and how many warned."""
+    """How often the interval held the truth (a type-I cell: how often a winner was
+    named), over `runs` simulated data sets (None: computed exactly); the interval
+    methods that were printed, and how many warned. A type-I cell's `gate_fails`: how
+    often the candidate (B) was named the loser. `naive`: the same figure by the method
+    gradetrail replaced, where the cell measures it."""
 
     coverage: float
     runs: int | None
     methods: tuple[str, ...] = ()
     warned: int = 0
+    gate_fails: float | None = None
+    naive: float | None = None
 
 
 Simulate = Callable[[int, np.random.Generator, BootstrapSettings], Outcome]
@@ -67,6 +92,32 @@ class Cell:
     # Why a cell's range is not NOMINAL (documented in docs/statistics.md).
     note: str = ""
     seed: int = 0
+    kind: Kind = "coverage"
+
+
+def _error(rate: float, runs: int | None) -> float:
+    """Twice the standard error of a simulated rate near `rate` (0 when exact)."""
+    return 0.0 if runs is None else 2 * math.sqrt(rate * (1 - rate) / runs)
+
+
+def holds(cell: Cell, outcome: Outcome) -> bool:
+    """Whether the cell's figure lies in its range: a coverage cell's coverage in
+    `nominal`; a type-I cell's winner rate at most its nominal alpha and its gate
+    failures at most alpha / 2, each plus twice the simulation's standard error."""
+    low, high = cell.nominal
+    if cell.kind == "coverage":
+        return low <= outcome.coverage <= high
+    assert outcome.gate_fails is not None
+    half = high / 2
+    return outcome.coverage <= high + _error(high, outcome.runs) and (
+        outcome.gate_fails <= half + _error(half, outcome.runs)
+    )
+
+
+def naive_holds(cell: Cell, outcome: Outcome) -> bool:
+    """Whether the replaced method's figure (`outcome.naive`) would hold the range."""
+    assert outcome.naive is not None
+    return holds(cell, Outcome(coverage=outcome.naive, runs=outcome.runs, gate_fails=0.0))
 
 
 def _outcome(intervals: list[Interval], truth: float) -> Outcome:
@@ -208,6 +259,149 @@ def faithfulness(records: int, mean: float, icc: float) -> Simulate:
     return simulate
 
 
+# A verdict ("A", "B" or "no winner") and the methods that decided it.
+Decision = tuple[str, tuple[str, ...]]
+
+
+def _verdicts(runs: int, verdict: Callable[[int], Decision]) -> Outcome:
+    """A type-I Outcome from each run's verdict."""
+    decisions = [verdict(run) for run in range(runs)]
+    return Outcome(
+        coverage=sum(v != "no winner" for v, _ in decisions) / runs,
+        runs=runs,
+        methods=tuple(sorted({m for _, methods in decisions for m in methods})),
+        gate_fails=sum(v == "A" for v, _ in decisions) / runs,
+    )
+
+
+def _pair_counts(
+    runs: int, rng: np.random.Generator, n: int, probabilities: tuple[float, float, float, float]
+) -> Any:
+    """(both pass, A only, B only, both fail) of n pairs, per run."""
+    return rng.multinomial(n, probabilities, size=runs)
+
+
+def newcombe_coverage(n: int, probabilities: tuple[float, float, float, float]) -> Simulate:
+    """Newcombe's paired interval of p_B - p_A for n pass/fail pairs without repeats
+    (`compare`'s interval), pairs drawn with these (both, A only, B only, neither)
+    chances."""
+    truth = probabilities[2] - probabilities[1]
+
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
+        counts = _pair_counts(runs, rng, n, probabilities)
+        return _outcome(
+            [
+                newcombe_paired_interval(int(b), int(a_only), int(b_only), int(n), CONFIDENCE)
+                for b, a_only, b_only, n in counts
+            ],
+            truth,
+        )
+
+    return simulate
+
+
+def paired_null(n: int, probabilities: tuple[float, float, float, float]) -> Simulate:
+    """The verdict on n pass/fail pairs without repeats under the null (A only as likely
+    as B only): Newcombe's interval and the exact McNemar test, as `compare`."""
+
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
+        counts = _pair_counts(runs, rng, n, probabilities)
+        # Few distinct tables recur across runs: each is decided once.
+        decided: dict[tuple[int, ...], Decision] = {}
+
+        def verdict(run: int) -> Decision:
+            both, a_only, b_only, neither = (int(c) for c in counts[run])
+            row = (both, a_only, b_only, neither)
+            if row not in decided:
+                interval = newcombe_paired_interval(both, a_only, b_only, neither, CONFIDENCE)
+                p = mcnemar_exact(a_only, b_only)
+                decided[row] = (paired_verdict(interval, p, ALPHA), (interval.method, MCNEMAR))
+            return decided[row]
+
+        return _verdicts(runs, verdict)
+
+    return simulate
+
+
+def null_outcomes(
+    rng: np.random.Generator, cases: int, repeats: int, kind: Literal["few", "many"]
+) -> tuple[Any, Any]:
+    """Pass/fail per (case, repeat) for A and B under the null of no difference on
+    average, each case favouring one model (at random) on every repeat.
+
+    many: a case's base rate p ~ Beta(2, 2), the favoured model passes at p + 0.2 and
+    the other at p - 0.2 (clipped); few: about 4 cases differ, one model passing on
+    every repeat and the other failing, the rest pass or fail alike."""
+    if kind == "many":
+        base = rng.beta(2, 2, cases)
+        side = rng.choice([-1.0, 1.0], cases)
+        rate_a = np.clip(base - 0.2 * side, 0, 1)
+        rate_b = np.clip(base + 0.2 * side, 0, 1)
+        a = rng.random((cases, repeats)) < rate_a[:, None]
+        b = rng.random((cases, repeats)) < rate_b[:, None]
+        return a, b
+    differs = rng.random(cases) < 4 / cases
+    a_wins = rng.random(cases) < 0.5
+    alike = rng.random(cases) < 0.5
+    a = np.where(differs, a_wins, alike)
+    b = np.where(differs, ~a_wins, alike)
+    return np.repeat(a[:, None], repeats, 1), np.repeat(b[:, None], repeats, 1)
+
+
+def clustered_verdict(differences: Any, test: str, settings: BootstrapSettings) -> Decision:
+    """`compare`'s verdict with repeats (cases x repeats of B - A) from the functions it
+    calls (tests/analysis/test_paired_repeats.py holds compare to them): the cluster
+    sign-flip test first, as the interval only matters when the test rejects."""
+    p = sign_flip_test(differences.mean(axis=1).tolist(), settings)
+    if p >= ALPHA:
+        return "no winner", (test,)
+    estimate = cluster_mean_estimate(differences.tolist(), bounds=(-1.0, 1.0), settings=settings)
+    assert estimate.interval is not None
+    return paired_verdict(estimate.interval, p, ALPHA), (test, estimate.interval.method)
+
+
+_NULLS_WITH_REPEATS: tuple[tuple[str, Literal["few", "many"]], ...] = (
+    ("about 4 discordant cases", "few"),
+    ("many discordant cases", "many"),
+)
+
+
+def paired_null_repeats(cases: int, repeats: int, kind: Literal["few", "many"]) -> Simulate:
+    """The verdict with repeats under the null (`null_outcomes`): the cluster interval
+    and the cluster sign-flip test over cases. `naive`: how often McNemar over (case,
+    repeat) pairs as if independent rejects, the test it replaced."""
+
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
+        rejects = 0
+
+        def verdict(run: int) -> Decision:
+            nonlocal rejects
+            a, b = null_outcomes(rng, cases, repeats, kind)
+            a_only, b_only = int((a & ~b).sum()), int((b & ~a).sum())
+            rejects += mcnemar_exact(a_only, b_only) < ALPHA
+            differences = b.astype(float) - a.astype(float)
+            return clustered_verdict(differences, CLUSTER_SIGN_FLIP, settings)
+
+        outcome = _verdicts(runs, verdict)
+        return Outcome(**{**outcome.__dict__, "naive": rejects / runs})
+
+    return simulate
+
+
+def graded_null(pairs: int) -> Simulate:
+    """The verdict on graded scores without repeats under a skewed null: differences
+    0.9 (Beta(0.5, 4) - 1/9), mean 0 with a long right tail; the sign-flip test over the
+    pairs and the bootstrap interval, as `compare`."""
+
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
+        differences = 0.9 * (rng.beta(0.5, 4.0, (runs, pairs)) - 1 / 9)
+        return _verdicts(
+            runs, lambda run: clustered_verdict(differences[run][:, None], SIGN_FLIP, settings)
+        )
+
+    return simulate
+
+
 def judged_run(
     rng: np.random.Generator, runs: int, records: int, p: float, sensitivity: float,
     specificity: float,
@@ -239,6 +433,52 @@ def corrected_rate(
             for v, h in zip(value, half, strict=True)
         ]
         return _outcome(intervals, p)
+
+    return simulate
+
+
+def retrieval_precision(cases: int, repeats: int, k: int) -> Simulate:
+    """precision@k with repeats (`cluster_mean_estimate` over cases, as
+    `retrieval_figures`): a case's retriever finds each of the top k relevant with its
+    own rate r ~ Beta(2, 3), the same on every repeat. `naive`: records as units."""
+    truth = 2 / 5
+
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
+        rates = rng.beta(2.0, 3.0, (runs, cases))
+        values = rng.binomial(k, rates[:, :, None], (runs, cases, repeats)) / k
+        intervals, naive = [], 0
+        for case_values in values:
+            estimate = cluster_mean_estimate(case_values.tolist(), settings=settings)
+            assert estimate.interval is not None
+            intervals.append(estimate.interval)
+            flat = mean_interval(case_values.ravel().tolist(), CONFIDENCE, settings=settings)
+            naive += flat.low <= truth <= flat.high
+        return Outcome(**{**_outcome(intervals, truth).__dict__, "naive": naive / runs})
+
+    return simulate
+
+
+def faithfulness_repeats(cases: int, repeats: int) -> Simulate:
+    """Citation faithfulness with repeats (per case, supported and cited summed over its
+    repeats, as `retrieval_figures`): a case's answers cite 1-3 documents each, each
+    supported with the case's own rate q ~ Beta(4, 1) (truth 0.8) on every repeat.
+    `naive`: records as units."""
+    truth = 0.8
+
+    def simulate(runs: int, rng: np.random.Generator, settings: BootstrapSettings) -> Outcome:
+        rates = rng.beta(4.0, 1.0, (runs, cases))
+        cited = rng.integers(1, 4, (runs, cases, repeats))
+        supported = rng.binomial(cited, rates[:, :, None])
+        intervals, naive = [], 0
+        for s, c in zip(supported, cited, strict=True):
+            per_case = zip(s.sum(1).tolist(), c.sum(1).tolist(), strict=True)
+            intervals.append(faithfulness_interval(list(per_case), CONFIDENCE, settings=settings))
+            per_record = zip(s.ravel().tolist(), c.ravel().tolist(), strict=True)
+            flat = faithfulness_interval(list(per_record), CONFIDENCE, settings=settings)
+            naive += flat.low <= truth <= flat.high
+        # Without repeats a record is a case: nothing was replaced.
+        replaced = naive / runs if repeats > 1 else None
+        return Outcome(**{**_outcome(intervals, truth).__dict__, "naive": replaced})
 
     return simulate
 
@@ -361,6 +601,68 @@ CELLS: list[Cell] = [
         simulate=faithfulness(100, 0.8, 0.5),
         seed=51,
     ),
+    Cell(
+        name="precision@5, 30 cases x 5 repeats",
+        simulate=retrieval_precision(30, 5, 5),
+        seed=5,
+    ),
+    *(
+        Cell(
+            name=f"faithfulness, 30 cases x {repeats} repeats, 1-3 citations"
+            if repeats > 1
+            else "faithfulness, 30 cases, 1-3 citations, no repeats",
+            simulate=faithfulness_repeats(30, repeats),
+            seed=2 + repeats,
+        )
+        for repeats in (1, 5)
+    ),
+    *(
+        Cell(
+            name=f"paired difference, newcombe, n={n}, {label}",
+            simulate=newcombe_coverage(n, probabilities),
+            nominal=(0.93, 0.99),
+            note="Newcombe's interval is conservative when discordant pairs are few",
+            seed=20261204,
+        )
+        for label, n, probabilities in (
+            ("about 4 discordant", 50, (0.46, 0.04, 0.04, 0.46)),
+            ("15 discordant", 50, (0.35, 0.15, 0.15, 0.35)),
+            ("about 8 discordant", 200, (0.60, 0.02, 0.02, 0.36)),
+            ("true difference 0.10", 60, (0.40, 0.05, 0.15, 0.40)),
+            ("true difference -0.05", 100, (0.70, 0.10, 0.05, 0.15)),
+        )
+    ),
+    *(
+        Cell(
+            name=f"paired null, pass/fail, n={n}, {label}, no repeats",
+            simulate=paired_null(n, probabilities),
+            nominal=TYPE_I,
+            kind="type-I",
+            seed=7,
+        )
+        for label, n, probabilities in (
+            ("about 4 discordant", 50, (0.46, 0.04, 0.04, 0.46)),
+            ("15 discordant", 50, (0.35, 0.15, 0.15, 0.35)),
+            ("30 discordant", 300, (0.45, 0.05, 0.05, 0.45)),
+        )
+    ),
+    *(
+        Cell(
+            name=f"paired null, pass/fail, 60 cases x 5 repeats, {label}",
+            simulate=paired_null_repeats(60, 5, kind),
+            nominal=TYPE_I,
+            kind="type-I",
+            seed=1 + i,
+        )
+        for i, (label, kind) in enumerate(_NULLS_WITH_REPEATS)
+    ),
+    Cell(
+        name="paired null, graded skewed, 20 pairs, no repeats",
+        simulate=graded_null(20),
+        nominal=TYPE_I,
+        kind="type-I",
+        seed=4,
+    ),
     # A judge that passes 20 % of bad answers (specificity 0.8) turns a true 70 % into
     # 76 %, and the judge's own interval never holds the truth
     # (tests/analysis/test_calibration.py); the corrected one does, given labels enough.
@@ -407,26 +709,46 @@ def run_cell(cell: Cell, runs: int, settings: BootstrapSettings | None = None) -
     return cell.simulate(runs, np.random.default_rng(cell.seed), settings or BootstrapSettings())
 
 
+def _row(cell: Cell, out: Outcome) -> str:
+    lo, hi = cell.nominal
+    flag = "" if holds(cell, out) else " **outside**"
+    runs = "exact" if out.runs is None else str(out.runs)
+    naive = "" if out.naive is None else f"{out.naive:.1%}"
+    methods = ", ".join(out.methods)
+    if cell.kind == "type-I":
+        return (
+            f"| {cell.name} | {out.coverage:.1%}{flag} | {out.gate_fails:.1%} | {naive} "
+            f"| {runs} | {methods} | {cell.note} |"
+        )
+    note = cell.note + (f" (range {lo:.0%}-{hi:.0%})" if cell.nominal != NOMINAL else "")
+    return (
+        f"| {cell.name} | {out.coverage:.1%}{flag} | {naive} | {runs} | {methods} "
+        f"| {out.warned} | {note} |"
+    )
+
+
+HEADERS: dict[Kind, str] = {
+    "coverage": "| cell | coverage | naive | runs | method | warned | note |\n"
+    "|---|---|---|---|---|---|---|",
+    "type-I": "| cell | winner named | gate fails | naive | runs | method | note |\n"
+    "|---|---|---|---|---|---|---|",
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3000)
     parser.add_argument("--only", default="", help="cells whose name contains this")
     args = parser.parse_args()
-    print("| cell | coverage | runs | method | warned | note |\n|---|---|---|---|---|---|")
-    for cell in CELLS:
-        if args.only not in cell.name:
-            continue
-        started = time.perf_counter()
-        out = run_cell(cell, args.runs)
-        lo, hi = cell.nominal
-        flag = "" if lo <= out.coverage <= hi else " **outside**"
-        runs = "exact" if out.runs is None else str(out.runs)
-        note = cell.note + (f" (range {lo:.0%}-{hi:.0%})" if cell.nominal != NOMINAL else "")
-        print(
-            f"| {cell.name} | {out.coverage:.1%}{flag} | {runs} | {', '.join(out.methods)} "
-            f"| {out.warned} | {note} |  <!-- {time.perf_counter() - started:.1f}s -->",
-            flush=True,
-        )
+    for kind, header in HEADERS.items():
+        print(f"\n{kind}\n\n{header}")
+        for cell in CELLS:
+            if cell.kind != kind or args.only not in cell.name:
+                continue
+            started = time.perf_counter()
+            out = run_cell(cell, args.runs)
+            elapsed = time.perf_counter() - started
+            print(f"{_row(cell, out)}  <!-- {elapsed:.1f}s -->", flush=True)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ GRADETRAIL = [sys.executable, "-m", "gradetrail_lib.cli"]
 
 
 def start_server(
-    latency_s: float, workdir: Path, responder: str | None = None
+    latency_s: float, workdir: Path, responder: str | None = None, batch_delay: float = 0.0
 ) -> tuple[subprocess.Popen[bytes], str]:
     port_file = workdir / "port"
     server = subprocess.Popen(
@@ -48,6 +48,7 @@ def start_server(
             "--port-file",
             str(port_file),
             *(["--responder", responder] if responder else []),
+            *(["--batch-delay", str(batch_delay)] if batch_delay else []),
         ],
         cwd=REPO,
         stdout=subprocess.DEVNULL,

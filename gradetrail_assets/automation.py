@@ -7,15 +7,30 @@ import dagster as dg
 
 from gradetrail_assets.factory import SpecGraph
 from gradetrail_assets.names import dagster_name
+from gradetrail_assets.resources import BATCH_TAG
 from gradetrail_lib.providers.model_listing import ListingError, list_models, matching
 
 DEFAULT_CRON = "0 2 * * *"
 
 
+def nightly_batch() -> str:
+    """How the nightly runs send their misses: by batch (half price; a nightly eval can
+    wait for it) unless GRADETRAIL_NIGHTLY_BATCH=0."""
+    off = os.environ.get("GRADETRAIL_NIGHTLY_BATCH", "1").strip().lower() in (
+        "0",
+        "off",
+        "no",
+        "false",
+    )
+    return "off" if off else "all"
+
+
 def build_nightly_schedule(graph: SpecGraph) -> dg.ScheduleDefinition:
-    """Requests every model partition of the spec once a night (cron and zone configurable)."""
+    """Requests every model partition of the spec once a night (cron and zone
+    configurable), by batch by default (`nightly_batch`: the run's `gradetrail/batch` tag)."""
     name = dagster_name(graph.spec.spec.name)
     partitions = graph.partitions
+    batch = nightly_batch()
 
     @dg.schedule(
         name=f"{name}__nightly",
@@ -30,7 +45,12 @@ def build_nightly_schedule(graph: SpecGraph) -> dg.ScheduleDefinition:
         stamp = tick.isoformat() if tick else "unscheduled"
         keys = context.instance.get_dynamic_partitions(partitions.name or "")
         # The run key makes a retried tick idempotent: one run per partition per night.
-        return [dg.RunRequest(run_key=f"{name}:{key}:{stamp}", partition_key=key) for key in keys]
+        return [
+            dg.RunRequest(
+                run_key=f"{name}:{key}:{stamp}", partition_key=key, tags={BATCH_TAG: batch}
+            )
+            for key in keys
+        ]
 
     return nightly
 

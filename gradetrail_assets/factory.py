@@ -131,7 +131,14 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         context: dg.AssetExecutionContext, gradetrail: GradetrailResource
     ) -> dg.Output[FetchedRun]:
         eval_plan = _plan_for(loaded, context.partition_key)
-        fetched = fetch_run(eval_plan, gradetrail.cache(), gradetrail.make_backend())
+        # By batch (the resource's setting or the run's tag, as the nightly schedule's):
+        # the batch ids are logged as they are submitted and the step waits for them; a
+        # re-materialization after a crash resumes the batches the cache recorded.
+        mode = gradetrail.batch_mode(context.run.tags)
+        fetched = fetch_run(
+            eval_plan, gradetrail.cache(), gradetrail.make_backend(),
+            batch=mode, batch_options=gradetrail.batch_options(context.log.info),
+        )  # fmt: skip
         context.log.info(
             f"{fetched.cache_hits} cache hits, {fetched.calls} provider calls, "
             f"{len(fetched.errors)} errors"
@@ -173,6 +180,9 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             phase_seconds={"responses": responses.wall_s},
             targets=NotSent(responses.errors),
             already_sent=responses.sent,
+            # The judges' calls by batch when the run's mode is `all`.
+            batch=gradetrail.batch_mode(context.run.tags),
+            batch_options=gradetrail.batch_options(context.log.info),
         )
         done = run_model(
             eval_plan, gradetrail.cache(), gradetrail.make_backend(), gradetrail.results_root(),

@@ -21,7 +21,7 @@ from gradetrail_lib.analysis.calibration import Calibration
 from gradetrail_lib.analysis.stats import RunStats, describe
 from gradetrail_lib.analysis.summary import RunSummary, format_cost
 from gradetrail_lib.engine.run import FetchedRun
-from gradetrail_lib.providers.pricing import format_usd
+from gradetrail_lib.providers.pricing import format_usd, sum_costs
 from gradetrail_lib.results.text import markdown_text
 from gradetrail_lib.results.trace import (
     AGENT_FAILURE_MODES,
@@ -56,7 +56,9 @@ def _failure_metadata(counts: dict[str, int], agent: bool) -> dict[str, Any]:
 
 
 def responses_metadata(fetched: FetchedRun) -> dict[str, Any]:
-    """The responses step's counts; an agent's requests are its steps (each case's calls)."""
+    """The responses step's counts; an agent's requests are its steps (each case's calls).
+    `cost_usd`: the answers at the price list's rates; `cost_saved_usd`: what batch and
+    prompt caching saved on them."""
     agent = {name: dg.MetadataValue.int(value) for name, value in fetched.agent.items()}
     return {
         "requests": dg.MetadataValue.int(fetched.requests),
@@ -69,6 +71,15 @@ def responses_metadata(fetched: FetchedRun) -> dict[str, Any]:
         "wall_s": dg.MetadataValue.float(round(fetched.wall_s, 3)),
         "execution": dg.MetadataValue.json(fetched.execution),
         **agent,
+        # Floats, so Dagster plots them; left out when a price is unknown (never 0).
+        **{
+            name: dg.MetadataValue.float(usd)
+            for name, usd in (
+                ("cost_usd", fetched.cost_usd),
+                ("cost_saved_usd", fetched.cost_saved_usd),
+            )
+            if usd is not None
+        },
     }
 
 
@@ -88,16 +99,24 @@ def _calls_line(label: str, totals: CallTotals) -> str:
     )
 
 
+def saved_usd(totals: CallTotals) -> float | None:
+    """What batch and prompt caching saved a role's own calls (None: a price unknown)."""
+    return sum_costs([totals.batch_saved_usd, totals.cache_saved_usd])
+
+
 def cost_metadata(target: CallTotals, judge: CallTotals) -> dict[str, Any]:
     """The costs as numbers, which Dagster plots over materializations: the target's
     (`cost_usd`: every answered call, a cache hit at what it cost; `cost_paid_usd`: this
-    run's own calls) and the judges' (`judge_cost_usd`, `judge_cost_paid_usd`). A cost
+    run's own calls; `cost_saved_usd`: what batch and prompt caching saved on them) and
+    the judges' (`judge_cost_usd`, `judge_cost_paid_usd`, `judge_cost_saved_usd`). A cost
     that is unknown (a price missing from the price list) is left out, not shown as 0."""
     costs = {
         "cost_usd": target.cost_usd,
         "cost_paid_usd": target.cost_paid_usd,
+        "cost_saved_usd": saved_usd(target),
         "judge_cost_usd": judge.cost_usd,
         "judge_cost_paid_usd": judge.cost_paid_usd,
+        "judge_cost_saved_usd": saved_usd(judge),
     }
     return {name: dg.MetadataValue.float(usd) for name, usd in costs.items() if usd is not None}
 

@@ -1,5 +1,6 @@
 """Resources: where the cache, tables and run directories live, and how requests are sent."""
 
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
 
@@ -7,7 +8,12 @@ import dagster as dg
 
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
+from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, parse_batch_mode
 from gradetrail_lib.settings import DEFAULTS, Settings
+
+# A run's tag that sets how its misses are sent (off, all, targets), over the resource's
+# `batch`: the nightly schedule sets it.
+BATCH_TAG = "gradetrail/batch"
 
 
 class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
@@ -29,6 +35,10 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     max_judge_error_rate: float = DEFAULTS.max_judge_error_rate
     max_agent_stop_rate: float = DEFAULTS.max_agent_stop_rate
     min_judge_kappa: float = DEFAULTS.min_judge_kappa
+    batch: str = DEFAULTS.batch
+    batch_timeout_s: float = DEFAULTS.batch_timeout_s
+    batch_poll_s: float = DEFAULTS.batch_poll_s
+    batch_poll_max_s: float = DEFAULTS.batch_poll_max_s
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "GradetrailResource":
@@ -53,6 +63,19 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             workers=workers,
             address=address,
             max_concurrency=self.max_concurrency,
+        )
+
+    def batch_mode(self, tags: Mapping[str, str]) -> BatchMode:
+        """Off, all or targets: the run's `gradetrail/batch` tag, else `batch`."""
+        return parse_batch_mode(tags.get(BATCH_TAG, self.batch))
+
+    def batch_options(self, notify: Callable[[str], None]) -> BatchOptions:
+        return BatchOptions(
+            timeout_s=self.batch_timeout_s,
+            poll_s=self.batch_poll_s,
+            poll_max_s=self.batch_poll_max_s,
+            notify=notify,
+            resume_hint="materialize the partition again to resume them",
         )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from gradetrail_lib._version import __version__
 from gradetrail_lib.commands import (
+    batches,
     calibrate,
     compare,
     cost,
@@ -38,7 +39,9 @@ from gradetrail_lib.errors import (
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
-COMMANDS = [run, plan, list_runs, compare, gate, cost, report, retrieval, calibrate, labels, view]
+COMMANDS = [
+    run, plan, list_runs, compare, gate, cost, report, retrieval, calibrate, labels, view, batches
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

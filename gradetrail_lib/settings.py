@@ -2,8 +2,9 @@
 one place: the CLI's options take their defaults from here and the Dagster resource
 (`gradetrail_assets.resources.GradetrailResource`) its fields.
 
-Which variables each reads is unchanged: the CLI honours `GRADETRAIL_CACHE`,
-`GRADETRAIL_RESULTS` and `GRADETRAIL_BACKEND` (its flags set the rest), Dagster every one.
+Which variables each reads: the CLI honours `GRADETRAIL_CACHE`, `GRADETRAIL_RESULTS`,
+`GRADETRAIL_BACKEND` and the batch ones (`GRADETRAIL_BATCH`, `..._BATCH_TIMEOUT_S`,
+`..._BATCH_POLL_S`, `..._BATCH_POLL_MAX_S`; its flags set the rest), Dagster every one.
 """
 
 import os
@@ -42,6 +43,12 @@ class Settings:
     max_agent_stop_rate: float = 0.10
     # A judge's Cohen's kappa with the human labels, once 30 random labels exist.
     min_judge_kappa: float = 0.6
+    # Send cache misses through provider batch APIs: off, all (targets, then judges) or
+    # targets; the longest wait for the batches, and the polls' first and longest pause.
+    batch: str = "off"
+    batch_timeout_s: float = 24 * 3600.0
+    batch_poll_s: float = 5.0
+    batch_poll_max_s: float = 60.0
 
     @classmethod
     def from_environment(
@@ -76,15 +83,23 @@ ENVIRONMENT = {
     "max_judge_error_rate": "GRADETRAIL_MAX_JUDGE_ERROR_RATE",
     "max_agent_stop_rate": "GRADETRAIL_MAX_AGENT_STOP_RATE",
     "min_judge_kappa": "GRADETRAIL_MIN_JUDGE_KAPPA",
+    "batch": "GRADETRAIL_BATCH",
+    "batch_timeout_s": "GRADETRAIL_BATCH_TIMEOUT_S",
+    "batch_poll_s": "GRADETRAIL_BATCH_POLL_S",
+    "batch_poll_max_s": "GRADETRAIL_BATCH_POLL_MAX_S",
 }
 
 DEFAULTS = Settings()
 
 # What the CLI reads from the environment (its flags set the rest).
-CLI_ENVIRONMENT = ("database", "results", "backend")
+CLI_ENVIRONMENT = (
+    "database", "results", "backend", "batch", "batch_timeout_s", "batch_poll_s",
+    "batch_poll_max_s",
+)  # fmt: skip
 
 
 def cli_settings() -> Settings:
-    """The defaults of the CLI's options: `GRADETRAIL_CACHE`, `GRADETRAIL_RESULTS` and
-    `GRADETRAIL_BACKEND` read, the rest the defaults."""
+    """The defaults of the CLI's options: `GRADETRAIL_CACHE`, `GRADETRAIL_RESULTS`,
+    `GRADETRAIL_BACKEND` and the `GRADETRAIL_BATCH*` variables read, the rest the
+    defaults."""
     return Settings.from_environment(only=CLI_ENVIRONMENT)

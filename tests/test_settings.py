@@ -28,6 +28,10 @@ def test_the_environment_sets_each_setting_with_its_type() -> None:
         "GRADETRAIL_MAX_TRUNCATION_RATE": "0.3",
         "GRADETRAIL_MAX_JUDGE_ERROR_RATE": "0.4",
         "GRADETRAIL_MAX_AGENT_STOP_RATE": "0.5",
+        "GRADETRAIL_BATCH": "targets",
+        "GRADETRAIL_BATCH_TIMEOUT_S": "600",
+        "GRADETRAIL_BATCH_POLL_S": "0.5",
+        "GRADETRAIL_BATCH_POLL_MAX_S": "2",
     }
     assert Settings.from_environment(env) == Settings(
         database=Path("c.duckdb"),
@@ -41,6 +45,10 @@ def test_the_environment_sets_each_setting_with_its_type() -> None:
         max_truncation_rate=0.3,
         max_judge_error_rate=0.4,
         max_agent_stop_rate=0.5,
+        batch="targets",
+        batch_timeout_s=600.0,
+        batch_poll_s=0.5,
+        batch_poll_max_s=2.0,
     )
     assert Settings.from_environment({}) == DEFAULTS
     assert Settings.from_environment({"RAY_ADDRESS": "", "GRADETRAIL_CACHE": ""}) == DEFAULTS
@@ -69,7 +77,7 @@ def test_dagster_reads_every_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-def test_the_cli_reads_cache_results_and_backend_only(
+def test_the_cli_reads_cache_results_backend_and_batch_only(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("GRADETRAIL_CACHE", str(tmp_path / "c.duckdb"))
@@ -90,3 +98,17 @@ def test_the_cli_reads_cache_results_and_backend_only(
     assert cli.build_parser().parse_args(["plan", "spec.yaml"]).cache == tmp_path / "c.duckdb"
     assert cli.build_parser().parse_args(["list"]).root == tmp_path / "out"
     assert cli.build_parser().parse_args(["view"]).root == tmp_path / "out"
+    assert cli.build_parser().parse_args(["batches"]).cache == tmp_path / "c.duckdb"
+
+
+def test_the_cli_reads_the_batch_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli.build_parser().parse_args(["run", "spec.yaml"]).batch == "off"
+    monkeypatch.setenv("GRADETRAIL_BATCH", "1")
+    monkeypatch.setenv("GRADETRAIL_BATCH_TIMEOUT_S", "90")
+    args = cli.build_parser().parse_args(["run", "spec.yaml"])
+    assert (args.batch, args.batch_timeout) == ("1", 90.0)
+    assert cli.build_parser().parse_args(["run", "s.yaml", "--batch"]).batch == "all"
+    args = cli.build_parser().parse_args(
+        ["run", "s.yaml", "--batch", "targets", "--batch-timeout", "2h"]
+    )
+    assert (args.batch, args.batch_timeout) == ("targets", 7200.0)

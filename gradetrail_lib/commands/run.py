@@ -9,6 +9,7 @@ the specs' (0 when a spec scored a sample, 1 when it scored none or aborted).
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gradetrail_lib.analysis.calibration import summary_lines
@@ -18,7 +19,8 @@ from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.commands.clock import since_start
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.engine.estimate import check_max_cost, estimate_run
+from gradetrail_lib.engine.batch_send import BATCH_MODES, BatchOptions, parse_batch_mode
+from gradetrail_lib.engine.estimate import check_max_cost, estimate_run, sent_by_batch
 from gradetrail_lib.engine.run import (
     PlannedSpec,
     RunOptions,
@@ -115,6 +117,24 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "cached beside the cache file",
     )
     run.add_argument(
+        "--batch",
+        nargs="?",
+        const="all",
+        default=settings.batch,
+        choices=BATCH_MODES,
+        help="send the cache misses of models whose provider has a batch API as batch "
+        "jobs (half price, answered within 24h): all (targets, then judges; the default "
+        "of a bare --batch) or targets only (env GRADETRAIL_BATCH=1; default off)",
+    )
+    run.add_argument(
+        "--batch-timeout",
+        type=parse_duration,
+        default=settings.batch_timeout_s,
+        metavar="DURATION",
+        help="with --batch: stop waiting after this long (e.g. 90m, 24h, 3600s), exit 1 and "
+        "leave the batches running to resume later (default 24h)",
+    )
+    run.add_argument(
         "--max-cost",
         type=float,
         default=None,
@@ -157,10 +177,17 @@ def run_command(args: argparse.Namespace) -> int:
     _check_folder(jobs, errors, folder, args)
     backend = make_backend(args)
     # --no-cache: none (each run holds its own answers in memory: run_model's None).
+    batch = parse_batch_mode(args.batch)
+    if batch != "off" and args.no_cache:
+        raise UsageError(
+            "--batch needs the cache file (it records the batches, so that a run killed "
+            "while they run never pays for them twice): drop --no-cache"
+        )
     cache = None if args.no_cache else ResponseCache(args.cache)
     if args.max_cost is not None:  # before any call
         estimates = [estimate_run(p, cache, load_prices()) for job in jobs for p in job.plans]
-        check_max_cost(estimates, args.max_cost)
+        # At the price of the way the run will send each role's misses.
+        check_max_cost(estimates, args.max_cost, batch=sent_by_batch(batch))
     exits = []
     with backend.session():  # one Ray cluster for every spec and model, not one each
         for job in jobs:
@@ -180,6 +207,26 @@ def run_command(args: argparse.Namespace) -> int:
         )
         print(f"Specs: {len(jobs)}; exit status {worst}, the worst of ({each})", file=out)
     return worst
+
+
+def _note(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """`--batch-timeout`: seconds, or a number with s, m, h or d."""
+    value = text.strip().lower()
+    unit = _UNITS.get(value[-1:]) if value else None
+    try:
+        seconds = float(value[:-1]) * unit if unit else float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90m, 24h)") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("a duration must be more than 0")
+    return seconds
 
 
 def _models_flag(args: argparse.Namespace) -> list[str]:
@@ -256,6 +303,13 @@ def _run_spec(
             progress=ProgressBar(label),
             phase_seconds={"startup": startup_s, **job.phase_seconds(position)},
             exec_cache=not args.no_exec_cache,
+            batch=parse_batch_mode(args.batch),
+            batch_options=BatchOptions.from_settings(
+                replace(cli_settings(), batch_timeout_s=args.batch_timeout),
+                notify=_note,
+                resume_hint=f"run the same command again to resume them "
+                f"(`gradetrail batches --cache {args.cache}` lists them)",
+            ),
         )
         done = run_model(eval_plan, cache, backend, args.results, options)
         any_scored = any_scored or done.summary.any_scored

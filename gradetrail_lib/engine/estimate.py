@@ -24,7 +24,7 @@ Calls that cannot be known before the run are bounded:
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -32,6 +32,7 @@ from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.engine.plan import Batch, RunPlan, batch_samples
 from gradetrail_lib.engine.responses import look_up
 from gradetrail_lib.errors import UsageError
+from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 from gradetrail_lib.providers.pricing import PriceList, format_usd, sum_costs
 from gradetrail_lib.results.trace import SCHEMA_VERSION, TraceRecord
@@ -92,6 +93,10 @@ class CallPlan:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "notes": self.all_notes}
 
+    def high(self, batch: bool) -> float | None:
+        """The worst case, sent synchronously or by batch."""
+        return self.batch_cost_high if batch else self.cost_high
+
     def plus(self, other: "CallPlan") -> "CallPlan":
         """This role's calls with another batch's."""
         return replace(
@@ -119,6 +124,14 @@ def _pending_note(count: int) -> str:
     )
 
 
+# Which of a run's roles go by batch (`sent_by_batch`).
+ByBatch = Callable[[CallPlan], bool]
+
+
+def _by_batch(batch: bool | ByBatch, role: CallPlan) -> bool:
+    return batch if isinstance(batch, bool) else batch(role)
+
+
 @dataclass(frozen=True)
 class ModelPlan:
     spec: str
@@ -140,9 +153,10 @@ class ModelPlan:
         """The low end of the cost of the misses, sent synchronously or by `batch`."""
         return sum_costs([c.batch_cost_low if batch else c.cost_low for c in self.roles])
 
-    def worst(self, *, batch: bool) -> float | None:
-        """The worst case of the misses, sent synchronously or by `batch`."""
-        return sum_costs([c.batch_cost_high if batch else c.cost_high for c in self.roles])
+    def worst(self, *, batch: bool | ByBatch) -> float | None:
+        """The worst case of the misses, sent synchronously or by `batch` (every role's,
+        or those a `ByBatch` names)."""
+        return sum_costs([c.high(_by_batch(batch, c)) for c in self.roles])
 
     @property
     def roles(self) -> list[CallPlan]:
@@ -362,15 +376,31 @@ def _scorer_calls(
     return out
 
 
-def total_worst_case(plans: Sequence[ModelPlan], *, batch: bool = False) -> float | None:
+def sent_by_batch(mode: str) -> ByBatch:
+    """The roles a run in batch `mode` sends by batch: a role whose provider has a batch
+    API, every such role with `all`, the target only with `targets` (off: none)."""
+
+    def by_batch(role: CallPlan) -> bool:
+        if mode == "off" or registry.batch_api(role.provider) is None:
+            return False
+        return mode == "all" or role.role == "target"
+
+    return by_batch
+
+
+def total_worst_case(
+    plans: Sequence[ModelPlan], *, batch: bool | ByBatch = False
+) -> float | None:
     """The worst case of every plan's misses, sent synchronously or by `batch`."""
     return sum_costs([p.worst(batch=batch) for p in plans])
 
 
-def check_max_cost(plans: Sequence[ModelPlan], limit: float, *, batch: bool = False) -> None:
+def check_max_cost(
+    plans: Sequence[ModelPlan], limit: float, *, batch: bool | ByBatch = False
+) -> None:
     """Raises UsageError (exit 2) when the worst case exceeds `limit` dollars, or is
     unknown (a model without a price cannot be shown to stay under it). `batch`: the
-    misses go by batch (the run's mode), priced at the batch price."""
+    misses go by batch (the run's mode: `sent_by_batch`), priced at the batch price."""
     worst = total_worst_case(plans, batch=batch)
     if worst is None:
         unpriced = sorted(
@@ -378,7 +408,7 @@ def check_max_cost(plans: Sequence[ModelPlan], limit: float, *, batch: bool = Fa
                 f"{c.provider}/{c.model}"
                 for p in plans
                 for c in p.roles
-                if (c.batch_cost_high if batch else c.cost_high) is None
+                if c.high(_by_batch(batch, c)) is None
             }
         )
         raise UsageError(

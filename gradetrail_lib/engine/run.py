@@ -17,9 +17,17 @@ from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
+from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
+from gradetrail_lib.engine.batch_send import (
+    BatchMode,
+    BatchOptions,
+    BatchSender,
+    batching,
+    parse_batch_mode,
+)
 from gradetrail_lib.engine.plan import Batch, RunPlan, load_spec_dataset
 from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
 from gradetrail_lib.engine.plan import plan as make_plan
@@ -35,13 +43,13 @@ from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import UsageError, input_errors, one_or_all
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ProviderError
-from gradetrail_lib.providers.pricing import PriceList, load_prices
+from gradetrail_lib.providers.pricing import PriceList, call_cost, load_prices, sum_costs
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.results.keyset import AnyOf, KeySet
 from gradetrail_lib.results.runs import RESULTS_FILE
 from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import Manifest, TraceRecord, iter_records
-from gradetrail_lib.settings import DEFAULTS
+from gradetrail_lib.settings import DEFAULTS, Settings
 from gradetrail_lib.spec.spec import LoadedSpec, Spec, load_spec
 from gradetrail_lib.telemetry.spans import NO_SPANS, RunSpans, start_run
 
@@ -86,6 +94,8 @@ def _batches(
     prepared = False
     done = 0
     timings.setdefault("plan", 0.0)
+    if isinstance(backend, BatchSender) and plan.toolbox is None:
+        _submit_ahead(plan, cache, backend, batch_samples, timings)
     batches = plan.batches(batch_samples)
     while True:
         started = time.perf_counter()  # rendering and keying the batch's requests
@@ -115,6 +125,22 @@ def _batches(
         yield batch, responses, scoring
 
 
+def _submit_ahead(
+    plan: RunPlan,
+    cache: Cache,
+    sender: BatchSender,
+    batch_samples: int | None,
+    timings: dict[str, float],
+) -> None:
+    """By batch, every part's cache misses are submitted before the first part waits:
+    otherwise each part of a large run would wait a provider's turnaround in turn."""
+    started = time.perf_counter()
+    for batch in plan.batches(batch_samples):
+        found = cache.cached_keys(batch.request_keys())
+        sender.submit_ahead([r for k, r in batch.unique_requests.items() if k not in found])
+    timings["responses"] = timings.get("responses", 0.0) + time.perf_counter() - started
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How a run goes, beside what it runs (the plan), where answers are kept (the cache),
@@ -137,6 +163,23 @@ class RunOptions:
     already_sent: Container[str] = frozenset()
     # Samples a batch (default: about 8,192 items).
     batch_samples: int | None = None
+    # Whose cache misses go through provider batch APIs: nobody's, every request's
+    # (targets, then judges), or the targets' only; and how the batches are waited for.
+    batch: BatchMode = "off"
+    batch_options: BatchOptions = field(default_factory=BatchOptions)
+
+
+def batch_backends(
+    cache: Cache | None, backend: Backend, mode: BatchMode, options: BatchOptions
+) -> tuple[Backend, Backend]:
+    """The backends of the targets and of the scorers' calls: `backend` itself, or with
+    `mode` on a sender by batch around it, its batches recorded in the cache file (which
+    is why batch needs the cache file: without it a killed run would pay again)."""
+    if mode == "off":
+        return backend, backend
+    if not isinstance(cache, ResponseCache):
+        raise UsageError("--batch needs the cache file (it records the batches): drop --no-cache")
+    return batching(backend, BatchStore(cache.path), mode, options)
 
 
 def attach_exec_cache(plan: RunPlan, cache: Cache | None, enabled: bool) -> None:
@@ -165,6 +208,7 @@ def run_model(
     request once."""
     started_at = datetime.now(UTC)
     attach_exec_cache(plan, cache, options.exec_cache)
+    target_backend, backend = batch_backends(cache, backend, options.batch, options.batch_options)
     cache = cache if cache is not None else MemoryCache()
     prices = options.prices or load_prices()
     totals = RunTotals(plan.scorer_names)
@@ -183,7 +227,7 @@ def run_model(
     try:
         with RunDirWriter(results_root) as out:
             batches = _batches(
-                plan, cache, options.targets or backend, timings=timings,
+                plan, cache, options.targets or target_backend, timings=timings,
                 progress=options.progress, batch_samples=size, records_for=records_for,
             )  # fmt: skip
             _write(batches, totals, out, timings, execution, spans)
@@ -194,6 +238,8 @@ def run_model(
             run_dir = out.commit(manifest)
     except BaseException as exc:
         spans.abort(type(exc).__name__)
+        if isinstance(exc, KeyboardInterrupt):
+            _interrupted(target_backend, backend)
         raise
     entry = record_run(results_root, manifest, totals, run_dir, out.fingerprint.hexdigest())
     spans.end(manifest)
@@ -244,6 +290,10 @@ class FetchedRun:
     # An agent's: cases, steps, how its cases stopped.
     agent: dict[str, int] = field(default_factory=dict)
     fingerprint: str = ""
+    # The answers' cost at the price list's rates (a cache hit at what it cost), and what
+    # batch and prompt caching saved on them; None when a price is unknown.
+    cost_usd: float | None = 0.0
+    cost_saved_usd: float | None = 0.0
 
 
 def fetch_run(
@@ -252,15 +302,35 @@ def fetch_run(
     backend: Backend,
     *,
     progress: Progress | None = None,
+    batch: BatchMode = "off",
+    batch_options: BatchOptions | None = None,
+    prices: PriceList | None = None,
 ) -> FetchedRun:
     """Every response of the plan in the cache (the misses sent), batch by batch. A key
-    an earlier batch sent that a later one finds is neither a cache hit nor a call."""
+    an earlier batch sent that a later one finds is neither a cache hit nor a call.
+    `batch` other than off sends the misses through provider batch APIs."""
+    backend, _ = batch_backends(cache, backend, batch, batch_options or BatchOptions())
+    try:
+        return _fetch_run(plan, cache, backend, progress, prices or load_prices())
+    except KeyboardInterrupt:
+        _interrupted(backend)
+        raise
+
+
+def _interrupted(*backends: Backend) -> None:
+    """A Ctrl-C: a sender by batch says which of its batches keep running."""
+    for backend in dict.fromkeys(backends):
+        if isinstance(backend, BatchSender):
+            backend.interrupted()
+
+
+def _fetch_run(
+    plan: RunPlan, cache: Cache, backend: Backend, progress: Progress | None, prices: PriceList
+) -> FetchedRun:
     fetched = FetchedRun()
     digest = hashlib.sha256()
     timings: dict[str, float] = {}
-    for batch, responses, _ in _batches(
-        plan, cache, backend, timings=timings, progress=progress
-    ):
+    for part, responses, _ in _batches(plan, cache, backend, timings=timings, progress=progress):
         digest.update(batch_fingerprint(responses).encode())
         fetched.errors.update(responses.errors)
         fetched.calls += responses.calls
@@ -268,6 +338,13 @@ def fetch_run(
         answered = list(responses.responses.values())
         fetched.input_tokens += sum(r.input_tokens or 0 for r in answered)
         fetched.output_tokens += sum(r.output_tokens or 0 for r in answered)
+        costs = [call_cost(r, prices, plan.model.provider, plan.model.name) for r in answered]
+        fetched.cost_usd = sum_costs([fetched.cost_usd, *(c.usd for c in costs)])
+        fetched.cost_saved_usd = sum_costs(
+            [fetched.cost_saved_usd]
+            + [c.batch_saved_usd for c in costs]
+            + [c.cache_saved_usd for c in costs]
+        )
         if responses.trajectories:
             cases = list(responses.trajectories.values())
             steps = [c for t in cases for c in t.calls]
@@ -285,13 +362,16 @@ def fetch_run(
             ):
                 fetched.agent[name] = fetched.agent.get(name, 0) + value
         else:
-            fetched.requests += len(batch.unique_requests)
+            fetched.requests += len(part.unique_requests)
             fetched.cache_hits += sum(k not in fetched.sent for k in responses.cache_hits)
             fetched.sent.add(k for k in responses.responses if k not in responses.cache_hits)
     fetched.wall_s = timings.get("cache_lookup", 0.0) + timings.get("responses", 0.0)
     fetched.fingerprint = digest.hexdigest()
     return fetched
 
+
+# The settings of a run by batch's waits (read from the environment by `run_spec`).
+_BATCH_WAITS = ("batch_timeout_s", "batch_poll_s", "batch_poll_max_s")
 
 SpecSource = Path | str | Mapping[str, Any] | Spec | LoadedSpec
 IN_MEMORY = "<in-memory spec>"
@@ -434,6 +514,7 @@ def run_spec(
     read_cache: bool = True,
     repeats: int | None = None,
     exec_cache: bool = True,
+    batch: str = "off",
 ) -> list[CompletedRun]:
     """`gradetrail run` from Python: every model of the spec (or those named), in order.
 
@@ -443,8 +524,13 @@ def run_spec(
     "this_file.py:function"}`. `models` are names of the spec's models, `provider/name`
     for others, or `ModelConfig`s. Every spec's input is checked before any call.
     `read_cache=False` is `--no-cache`: the cache file is neither read nor written (nor
-    created), and each run still sends a request once. `exec_cache=False` is
+    created), and each run still sends a request once. `batch` is `run --batch`'s: off,
+    all or targets (provider batch APIs; needs the cache file). `exec_cache=False` is
     `--no-exec-cache`: the code scorer runs every program again."""
+    mode = parse_batch_mode(batch)
+    if mode != "off" and not read_cache:
+        raise UsageError("batch needs the cache file (it records the batches): read_cache=True")
+    waits = BatchOptions.from_settings(Settings.from_environment(only=_BATCH_WAITS))
     if isinstance(spec, str | Path) and Path(spec).is_dir():
         sources: list[SpecSource] = list(spec_files(Path(spec)))
     else:
@@ -460,7 +546,10 @@ def run_spec(
         for job in planned:
             for position, each in enumerate(job.plans):
                 options = RunOptions(
-                    phase_seconds=job.phase_seconds(position), exec_cache=exec_cache
+                    phase_seconds=job.phase_seconds(position),
+                    batch=mode,
+                    batch_options=waits,
+                    exec_cache=exec_cache,
                 )
                 done.append(
                     run_model(each, response_cache, sender, Path(results_root), options)

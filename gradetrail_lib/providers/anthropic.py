@@ -1,11 +1,14 @@
 """Provider `anthropic`: the Anthropic Messages API (see `anthropic_messages`)."""
 
 from gradetrail_lib.providers import anthropic_messages
+from gradetrail_lib.providers.anthropic_batch import AnthropicBatchAPI
 from gradetrail_lib.providers.registry import Provider, RefusedParam
+
+_ADAPTER = anthropic_messages.AnthropicMessagesAdapter()
 
 PROVIDER = Provider(
     name="anthropic",
-    adapter=anthropic_messages.AnthropicMessagesAdapter(),
+    adapter=_ADAPTER,
     base_url="https://api.anthropic.com/v1",
     key_env="ANTHROPIC_API_KEY",
     key_required=True,
@@ -14,4 +17,5 @@ PROVIDER = Provider(
         RefusedParam("reasoning_effort", "the Anthropic Messages API (use thinking)", "Anthropic"),
     ),
     listing=anthropic_messages.LISTING,
+    batch=AnthropicBatchAPI(_ADAPTER),
 )

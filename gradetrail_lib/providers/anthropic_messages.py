@@ -154,7 +154,7 @@ def seconds_until(timestamp: str, now: datetime | None = None) -> float | None:
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
-def listing_headers(api_key: str | None) -> dict[str, str]:
+def api_headers(api_key: str | None) -> dict[str, str]:
     headers = {"anthropic-version": ANTHROPIC_VERSION}
     if api_key:
         headers["x-api-key"] = api_key
@@ -169,7 +169,7 @@ def _next_page(body: Any) -> dict[str, str] | None:
 
 # `GET /models`, a page at a time (has_more, last_id).
 LISTING = Listing(
-    headers=listing_headers,
+    headers=api_headers,
     ids=lambda body: [str(m["id"]) for m in body["data"]],
     query={"limit": "1000"},
     next_query=_next_page,
@@ -178,9 +178,11 @@ LISTING = Listing(
 
 class AnthropicMessagesAdapter:
     def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request:
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
+        url = f"{request.endpoint.base_url}/messages"
+        return json_post(url, api_headers(api_key), self.body(request))
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request's JSON body (also a batch request's `params`)."""
         system, messages = split_messages(request.messages)
         params = dict(request.params)
         if "stop" in params:
@@ -195,7 +197,7 @@ class AnthropicMessagesAdapter:
             if request.tool_choice is not None:
                 choice = request.tool_choice
                 body["tool_choice"] = dict(_TOOL_CHOICES.get(choice) or {"type": choice})
-        return json_post(f"{request.endpoint.base_url}/messages", headers, body)
+        return body
 
     def parse(self, body: Any) -> ParsedBody:
         content = body.get("content", [])

@@ -14,6 +14,8 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from gradetrail_lib.providers.batch import BatchLimits
+from gradetrail_lib.providers.openai_batch import OpenAIBatchAPI
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
 from gradetrail_lib.providers.registry import Provider, RefusedParam
 
@@ -51,9 +53,22 @@ def _settings(model: ModelConfig) -> dict[str, str]:
     return {"api_version": model.api_version or DEFAULT_API_VERSION}
 
 
+_ADAPTER = AzureOpenAIAdapter()
+
+# Azure's global batch: the Batch API under `/openai` with the api-version, each line's
+# `url` and the batch's endpoint `/chat/completions`, the deployment as the model;
+# 100,000 requests and a 200 MB file per batch.
+BATCH = OpenAIBatchAPI(
+    _ADAPTER,
+    limits=BatchLimits(max_requests=100_000, max_bytes=200 * 1024 * 1024),
+    endpoint_path="/chat/completions",
+    prefix="/openai",
+    azure=True,
+)
+
 PROVIDER = Provider(
     name="azure_openai",
-    adapter=AzureOpenAIAdapter(),
+    adapter=_ADAPTER,
     key_env="AZURE_OPENAI_API_KEY",
     key_required=True,
     refused_params=(
@@ -66,4 +81,5 @@ PROVIDER = Provider(
     settings=("api_version",),
     check=_check,
     endpoint_settings=_settings,
+    batch=BATCH,
 )

@@ -155,7 +155,10 @@ class OpenAIChatAdapter:
         return bearer(api_key)
 
     def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request:
-        headers = self.headers(api_key)
+        return json_post(self.url(request.endpoint), self.headers(api_key), self.body(request))
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request's JSON body (also a batch line's `body`)."""
         body: dict[str, Any] = {
             "model": request.endpoint.model,
             "messages": chat_messages(request.messages),
@@ -168,7 +171,7 @@ class OpenAIChatAdapter:
             body["tools"] = chat_tools(request.tools)
             if request.tool_choice is not None:
                 body["tool_choice"] = request.tool_choice
-        return json_post(self.url(request.endpoint), headers, body)
+        return body
 
     def parse(self, body: Any) -> ParsedBody:
         choice = body["choices"][0]

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gradetrail_lib.datasets.dataset import Sample
     from gradetrail_lib.providers.adapter import Adapter
     from gradetrail_lib.providers.base import ModelRequest, ModelResponse
+    from gradetrail_lib.providers.batch import BatchAPI
 
 PROVIDER_MODULES = (
     "anthropic",
@@ -123,6 +124,9 @@ class Provider:
     # give one; it enters the request key), and the response to a request.
     sample_answer: "Callable[[ModelConfig, Sample, str], str] | None" = None
     respond: "Callable[[ModelRequest], ModelResponse] | None" = None
+    # Its batch API (`providers.batch`), when it has one: `run --batch` sends its cache
+    # misses that way.
+    batch: "BatchAPI | None" = None
 
     @property
     def in_process(self) -> bool:
@@ -204,6 +208,12 @@ def _in_process() -> frozenset[str]:
 def answers_in_process(name: str) -> bool:
     """Whether the provider answers without a call (and so without a cost)."""
     return name in _in_process()
+
+
+def batch_api(name: str) -> "BatchAPI | None":
+    """The provider's batch API, or None when it has none."""
+    provider = providers().get(name)
+    return provider.batch if provider is not None else None
 
 
 def concurrency_limit(name: str) -> int | None:

@@ -1,17 +1,19 @@
 """With repeats a paired comparison takes cases as units: the cluster bootstrap interval
 of per-case mean differences and the cluster sign-flip test over them, a winner (or a
-failed gate) only when both reject (`paired_verdict`). Checked by simulation with fixed
-seeds: under the null, with a case-level effect favouring one model on every repeat, the
-verdict holds its error rate where McNemar over (case, repeat) pairs does not; the
-sign-flip test's p against full enumeration; and graded scores without repeats, where
-the same test over the pairs keeps the bootstrap's verdict at its level."""
+failed gate) only when both reject (`paired_verdict`). Here: the sign-flip test's p
+against full enumeration, and `compare` held to the functions the simulation calls. The
+simulations themselves (under the null, with a case-level effect favouring one model on
+every repeat, the verdict holds its error rate where McNemar over (case, repeat) pairs
+does not; graded scores without repeats, where the same test over the pairs keeps the
+bootstrap's verdict at its level) are type-I cells of bench/bench_coverage.py, checked by
+tests/analysis/test_coverage.py."""
 
 import itertools
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
 
+from bench.bench_coverage import clustered_verdict, null_outcomes
 from gradetrail_lib.analysis.stats.clusters import cluster_mean_estimate
 from gradetrail_lib.analysis.stats.gate import gate
 from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, Interval
@@ -25,7 +27,6 @@ from gradetrail_lib.analysis.stats.paired import (
 from gradetrail_lib.results.sheet import ScoreSheet
 
 CASES, REPEATS = 60, 5
-SIMULATIONS = 1000
 ALPHA = 0.05
 # 999 resamples keep the simulation fast; the tests are the ones a run uses (a Monte
 # Carlo test's p is valid at any number of resamples).
@@ -77,62 +78,6 @@ def test_paired_verdict_needs_the_interval_and_the_test() -> None:
     assert paired_verdict(below, None, ALPHA) == "A"  # the interval alone decides
 
 
-def null_outcomes(rng: np.random.Generator, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """Pass/fail per (case, repeat) for A and B under the null of no difference on
-    average, each case favouring one model (at random) on every repeat.
-
-    many: a case's base rate p ~ Beta(2, 2), the favoured model passes at p + 0.2 and
-    the other at p - 0.2 (clipped); few: about 4 of 60 cases differ, one model passing
-    on every repeat and the other failing, the rest pass or fail alike."""
-    if kind == "many":
-        base = rng.beta(2, 2, CASES)
-        side = rng.choice([-1.0, 1.0], CASES)
-        rate_a = np.clip(base - 0.2 * side, 0, 1)
-        rate_b = np.clip(base + 0.2 * side, 0, 1)
-        a = rng.random((CASES, REPEATS)) < rate_a[:, None]
-        b = rng.random((CASES, REPEATS)) < rate_b[:, None]
-        return a, b
-    differs = rng.random(CASES) < 4 / CASES
-    a_wins = rng.random(CASES) < 0.5
-    alike = rng.random(CASES) < 0.5
-    a = np.where(differs, a_wins, alike)
-    b = np.where(differs, ~a_wins, alike)
-    return np.repeat(a[:, None], REPEATS, 1), np.repeat(b[:, None], REPEATS, 1)
-
-
-def verdict_of(differences: np.ndarray) -> str:
-    """compare's verdict with repeats from the functions it calls (see the test below
-    that holds compare to them): the test first, as the interval only matters when the
-    test rejects."""
-    p = sign_flip_test(differences.mean(axis=1).tolist(), FAST)
-    if p >= ALPHA:
-        return "no winner"
-    estimate = cluster_mean_estimate(differences.tolist(), bounds=(-1.0, 1.0), settings=FAST)
-    assert estimate.interval is not None
-    return paired_verdict(estimate.interval, p, ALPHA)
-
-
-@pytest.mark.parametrize(("kind", "seed"), [("many", 1), ("few", 2)])
-def test_under_the_null_with_repeats_the_verdict_holds_its_error_rate(kind: str, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    winners = gate_fails = mcnemar_rejects = 0
-    for _ in range(SIMULATIONS):
-        a, b = null_outcomes(rng, kind)
-        verdict = verdict_of(b.astype(float) - a.astype(float))
-        winners += verdict != "no winner"
-        gate_fails += verdict == "A"  # B, the candidate, worse
-        a_only, b_only = int((a & ~b).sum()), int((b & ~a).sum())
-        if a_only + b_only:
-            mcnemar_rejects += binomtest(a_only, a_only + b_only).pvalue < ALPHA
-    error = np.sqrt(ALPHA * (1 - ALPHA) / SIMULATIONS)
-    assert winners / SIMULATIONS <= ALPHA + 2 * error, winners
-    half = ALPHA / 2
-    assert gate_fails / SIMULATIONS <= half + 2 * np.sqrt(half * (1 - half) / SIMULATIONS)
-    # The old way, McNemar over (case, repeat) pairs as if independent, rejects the
-    # true null far more often than alpha.
-    assert mcnemar_rejects / SIMULATIONS > 3 * ALPHA, mcnemar_rejects
-
-
 def sheets(a: np.ndarray, b: np.ndarray) -> tuple[ScoreSheet, ScoreSheet]:
     ids = [f"c{i}" for i in range(a.shape[0]) for _ in range(a.shape[1])]
     repeats = [r for _ in range(a.shape[0]) for r in range(a.shape[1])]
@@ -144,7 +89,7 @@ def sheets(a: np.ndarray, b: np.ndarray) -> tuple[ScoreSheet, ScoreSheet]:
 
 def test_compare_with_repeats_is_the_functions_the_simulation_checks() -> None:
     rng = np.random.default_rng(3)
-    a, b = null_outcomes(rng, "many")
+    a, b = null_outcomes(rng, CASES, REPEATS, "many")
     b[:20] = True  # B better on a third of the cases: a winner
     result = compare(*sheets(a, b), "score", settings=FAST)
     differences = b.astype(float) - a.astype(float)
@@ -154,6 +99,11 @@ def test_compare_with_repeats_is_the_functions_the_simulation_checks() -> None:
     assert result.difference == estimate
     assert estimate.interval is not None
     assert result.verdict == paired_verdict(estimate.interval, result.p_value, ALPHA) == "B"
+    # The bench's simulated verdict is compare's.
+    assert clustered_verdict(differences, CLUSTER_SIGN_FLIP, FAST) == (
+        "B",
+        (CLUSTER_SIGN_FLIP, estimate.interval.method),
+    )
     assert result.to_json()["paired_test"] == {"method": CLUSTER_SIGN_FLIP, "p": result.p_value}
     assert result.to_json()["mcnemar_p"] is None
     decision = gate(compare(*sheets(b, a), "score", settings=FAST), threshold=0.02)
@@ -175,8 +125,7 @@ def test_with_repeats_an_interval_without_the_test_names_no_winner() -> None:
 
 
 # Scores other than pass/fail without repeats: the paired bootstrap and the sign-flip
-# test over the pairs. The bootstrap alone named a winner 6.5-6.9 % of the time under the
-# null at 20-50 pairs (docs/statistics.md); with the test the verdict holds its level.
+# test over the pairs (their type-I error: a cell of bench/bench_coverage.py).
 
 
 def graded(a: list[float], b: list[float]) -> tuple[ScoreSheet, ScoreSheet]:
@@ -201,20 +150,3 @@ def test_graded_scores_without_repeats_take_the_sign_flip_test_over_pairs() -> N
     # 20 pairs: both agree.
     many = compare(*graded([0.2, 0.3, 0.1, 0.4] * 5, [0.7, 0.8, 0.6, 0.8] * 5), "score")
     assert many.verdict == "B" and many.p_value < ALPHA
-
-
-def test_under_a_skewed_null_without_repeats_the_verdict_holds_its_error_rate() -> None:
-    # 20 pairs whose differences have mean 0 and a long right tail.
-    rng = np.random.default_rng(4)
-    differences = 0.9 * (rng.beta(0.5, 4.0, (SIMULATIONS, 20)) - 1 / 9)
-    winners = 0
-    for row in differences:
-        p = sign_flip_test(row.tolist(), FAST)
-        if p < ALPHA:
-            interval = cluster_mean_estimate(
-                [[d] for d in row.tolist()], bounds=(-1.0, 1.0), settings=FAST
-            ).interval
-            assert interval is not None
-            winners += paired_verdict(interval, p, ALPHA) != "no winner"
-    error = np.sqrt(ALPHA * (1 - ALPHA) / SIMULATIONS)
-    assert winners / SIMULATIONS <= ALPHA + 2 * error, winners

@@ -10,7 +10,9 @@ It speaks real HTTP/1.1 on 127.0.0.1 and imitates these provider endpoints:
   OpenAI: the Chat Completions shape; without ``api-version`` a 404, as Azure answers,
 * ``GET  /v1/models``           -- OpenAI list shape, or the Anthropic one when the
   request carries an ``anthropic-version`` header,
-* ``GET  /v1beta/models``       -- Gemini list shape.
+* ``GET  /v1beta/models``       -- Gemini list shape,
+* the OpenAI, Azure OpenAI and Anthropic batch APIs (``tests.support.fake_batches``,
+  knobs and accounting on :attr:`FakeLLMServer.batches`).
 
 A completion's answer comes from the ``responder``: a function of the request body that
 returns a text, or ``{"text": str, "tool_calls": [{"name": str, "arguments": dict}]}`` to
@@ -25,7 +27,9 @@ responder.
 
 Control endpoints (mainly for when the server runs in another process):
 
-* ``GET  /_stats``  -- ``{"calls": n, "calls_by_path": {...}, "max_inflight": m}``
+* ``GET  /_stats``  -- ``{"calls": n, "calls_by_path": {...}, "max_inflight": m,
+  "batch_requests": custom_ids submitted in batches, "batch_duplicates": how many of them
+  were submitted before, "batches": n}``
 * ``POST /_reset``  -- same as :meth:`FakeLLMServer.reset_counts`
 * ``POST /_config`` -- JSON object with any of ``latency_s``, ``models``, ``served_model``,
   ``script`` (list of Fault objects as dicts) and ``fail_always`` (Fault dict or null).
@@ -85,6 +89,8 @@ from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any
+
+from tests.support.fake_batches import FakeBatches
 
 __all__ = [
     "ANTHROPIC_MESSAGES_PATH",
@@ -497,6 +503,8 @@ class FakeLLMServer:
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        # The batch APIs (OpenAI, Azure OpenAI, Anthropic): `tests.support.fake_batches`.
+        self.batches = FakeBatches(self)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -645,11 +653,15 @@ class FakeLLMServer:
             self._max_inflight = self._inflight
 
     def stats(self) -> dict[str, Any]:
+        submitted = self.batches.submitted
         with self._lock:
             return {
                 "calls": self._calls,
                 "calls_by_path": dict(self._calls_by_path),
                 "max_inflight": self._max_inflight,
+                "batch_requests": len(submitted),
+                "batch_duplicates": len(submitted) - len(set(submitted)),
+                "batches": len(self.batches.batches),
             }
 
     def key_was_sent(self, key: str) -> bool:
@@ -742,6 +754,8 @@ class FakeLLMServer:
     async def _dispatch(
         self, method: str, path: str, headers: dict[str, str], raw: bytes, query: str = ""
     ) -> _Reply:
+        if FakeBatches.handles(path):
+            return await self.batches.dispatch(method, path, headers, raw, query)
         if _api_of(path) is not None:
             if method != "POST":
                 self._count_path(path)
@@ -1239,6 +1253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", default=None, help="comma-separated model ids to list")
     parser.add_argument("--served-model", default=None, help="model name to answer with")
     parser.add_argument(
+        "--batch-delay", type=float, default=0.0, help="seconds a batch takes to process"
+    )
+    parser.add_argument(
         "--responder", default=None, help="module:function answering each request (a Responder)"
     )
     args = parser.parse_args(argv)
@@ -1258,6 +1275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         models=models,
         served_model=args.served_model,
     )
+
+    srv.batches.delay_s = args.batch_delay
 
     def on_ready(server: FakeLLMServer) -> None:
         if args.port_file:

@@ -1,0 +1,71 @@
+"""`gradetrail batches [--cache PATH]`: the provider batches recorded in a cache file,
+with their state; `gradetrail batches cancel ID`: cancels one (what it answered before
+the cancel is read by the next run; the rest is sent again)."""
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gradetrail_lib.cache.batches import BatchRecord, BatchStore
+from gradetrail_lib.engine.batch_send import cancel_batch
+from gradetrail_lib.errors import UsageError
+from gradetrail_lib.settings import DEFAULTS, cli_settings
+
+EXIT_OK = 0
+
+
+def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    settings = cli_settings()
+    parser = commands.add_parser(
+        "batches", help="the provider batches recorded in the cache (run --batch), or cancel one"
+    )
+    cache_help = f"response cache file (env GRADETRAIL_CACHE; default {DEFAULTS.database})"
+    parser.add_argument("--cache", type=Path, default=settings.database, help=cache_help)
+    parser.set_defaults(handler=list_command)
+    actions = parser.add_subparsers(dest="action")
+    cancel = actions.add_parser("cancel", help="cancel a recorded batch by its id")
+    cancel.add_argument("batch_id", metavar="ID", help="the provider's batch id")
+    cancel.add_argument("--cache", type=Path, default=settings.database, help=cache_help)
+    cancel.set_defaults(handler=cancel_command)
+
+
+def _store(path: Path) -> BatchStore:
+    if not path.exists():  # nothing is created for a mistyped path
+        raise UsageError(f"{path}: no cache file here")
+    return BatchStore(path)
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_batches(records: list[BatchRecord]) -> str:
+    if not records:
+        return "No batches recorded."
+    lines = [
+        f"{'batch':<34} {'model':<32} {'state':<10} {'done/total':>11} {'failed':>6}  claimed (UTC)"
+    ]
+    for r in records:
+        batch = r.batch_id or f"({r.submission[:20]}…)"
+        model = f"{r.provider}/{r.model}"
+        lines.append(
+            f"{batch:<34} {model:<32} {r.state:<10} {f'{r.done}/{r.total}':>11} "
+            f"{r.failed:>6}  {_when(r.claimed_at)}"
+        )
+    return "\n".join(lines)
+
+
+def list_command(args: argparse.Namespace) -> int:
+    print(format_batches(_store(args.cache).all()))
+    return EXIT_OK
+
+
+def cancel_command(args: argparse.Namespace) -> int:
+    status = cancel_batch(_store(args.cache), args.batch_id)
+    print(
+        f"batch {status.batch_id}: cancel requested ({status.provider_state}); "
+        "the next run reads what it answered and sends the rest again",
+        file=sys.stdout,
+    )
+    return EXIT_OK
