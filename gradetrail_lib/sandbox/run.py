@@ -31,7 +31,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -158,27 +158,72 @@ def _mounts(language: Language, workdir_mb: int) -> list[str]:
     for path in language.hidden:
         args += ["--tmpfs", path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    args += ["--size", str(workdir_mb << 20), "--tmpfs", WORKDIR, "--chdir", WORKDIR]
+    # 0777: the program's user (UNPRIVILEGED) writes its files there.
+    args += ["--size", str(workdir_mb << 20), "--perms", "0777", "--tmpfs", WORKDIR]
+    args += ["--chdir", WORKDIR]
     return args
 
 
+# The user a program runs as. Run by root, bwrap's user namespace maps it to root outside,
+# and the kernel does not hold root to RLIMIT_NPROC: a fork bomb would fill the host's
+# process table until its timeout. So as root the sandbox takes no user namespace and
+# the program is started by `setpriv` as this real, unprivileged user, whom the limit
+# holds (tests/scorers/test_code.py's fork bomb stops at `Limits.processes`).
+UNPRIVILEGED = 65534
+SETPRIV = "/usr/bin/setpriv"
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _ancestors(paths: Sequence[str]) -> list[str]:
+    """The directories above `paths`, outermost first, which privileged bwrap would
+    otherwise create 0700: made 0755 so the program's user can reach what is bound
+    below them (the interpreter, the system libraries, setpriv)."""
+    seen: list[str] = []
+    for path in paths:
+        for parent in reversed(Path(path).parents):
+            text = str(parent)
+            if text != "/" and text not in seen:
+                seen.append(text)
+    return seen
+
+
 def bwrap_command(bwrap: str, language: Language, limits: Limits, program_fd: int) -> list[str]:
+    if _as_root():
+        isolation = [
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--cap-drop", "ALL",
+            # Only to become UNPRIVILEGED: setpriv's setuid clears every capability.
+            "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+        ]  # fmt: skip
+        bound = [*language.read_only, SETPRIV, *(p for p in _SYSTEM_LIBS if not os.path.islink(p))]
+        reach = [a for d in _ancestors(bound) for a in ("--perms", "0755", "--dir", d)]
+        reach += ["--ro-bind", SETPRIV, SETPRIV]
+        launcher = [
+            SETPRIV, f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups", "--",
+        ]  # fmt: skip
+    else:
+        isolation = [
+            "--unshare-all", "--cap-drop", "ALL",
+            "--uid", str(UNPRIVILEGED), "--gid", str(UNPRIVILEGED),
+        ]  # fmt: skip
+        reach, launcher = [], []
     return [
         bwrap,
-        "--unshare-all",
+        *isolation,
         "--die-with-parent",
         "--new-session",
         "--clearenv",
-        "--cap-drop",
-        "ALL",
-        "--uid",
-        "65534",
-        "--gid",
-        "65534",
+        *reach,
         *_mounts(language, limits.file_mb * 4),
+        "--perms",
+        "0644",
         "--file",
         str(program_fd),
         f"{WORKDIR}/{language.file_name}",
+        *launcher,
         *language.interpreter,
         language.file_name,
     ]
