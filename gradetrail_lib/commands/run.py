@@ -111,6 +111,12 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         "requests share its answer)",
     )
     run.add_argument(
+        "--no-exec-cache",
+        action="store_true",
+        help="run every program of a code scorer again, instead of reusing the execution "
+        "cached beside the cache file",
+    )
+    run.add_argument(
         "--batch",
         nargs="?",
         const="all",
@@ -296,6 +302,7 @@ def _run_spec(
         options = RunOptions(
             progress=ProgressBar(label),
             phase_seconds={"startup": startup_s, **job.phase_seconds(position)},
+            exec_cache=not args.no_exec_cache,
             batch=parse_batch_mode(args.batch),
             batch_options=BatchOptions.from_settings(
                 replace(cli_settings(), batch_timeout_s=args.batch_timeout),

@@ -105,10 +105,14 @@ def jsonable_row(where: str, number: int, row: dict[str, Any]) -> dict[str, Any]
     return {str(k): convert(str(k), v) for k, v in row.items()}
 
 
-def table_samples(where: str, rows: Iterable[Row], unit: Unit) -> list[Sample]:
+def table_samples(
+    where: str, rows: Iterable[Row], unit: Unit, id_field: str = "id"
+) -> list[Sample]:
     """The samples of a table's rows (every row has every column), all checked."""
     listed = list(rows)
-    return list(checked_samples(where, listed, lambda: listed, unit, True, tabular=True))
+    return list(
+        checked_samples(where, listed, lambda: listed, unit, True, tabular=True, id_field=id_field)
+    )
 
 
 def checked_samples(
@@ -118,37 +122,39 @@ def checked_samples(
     unit: Unit,
     check: bool,
     tabular: bool,
+    id_field: str = "id",
 ) -> Iterator[Sample]:
     """Samples from numbered rows: each needs a unique, non-empty string or integer `id`
-    (in a table, where every row has every column, an empty (null) id is a missing one).
+    (in a table, where every row has every column, an empty (null) id is a missing one),
+    in the field `id_field` names (`id` unless the spec's `dataset:` says otherwise).
     Uniqueness is checked when `check` is set, through the ids' hashes (4 bytes an id,
     not the ids: `IdHashes`); a hash seen twice is looked at again, in the rows `again()`
     gives, so only true duplicates fail."""
     hashes = IdHashes() if check else None
     count = 0
-    for sample in _checked_rows(where, rows, hashes, tabular):
+    for sample in _checked_rows(where, rows, hashes, tabular, id_field):
         count += 1
         yield sample
     if count == 0:
         raise InputError(where, None, None, "dataset has no samples")
     twice = hashes.repeated() if hashes is not None else None
     if twice:
-        _first_duplicate(where, again(), unit, twice)
+        _first_duplicate(where, again(), unit, twice, id_field)
 
 
 def _checked_rows(
-    where: str, rows: Iterable[Row], ids: "IdHashes | None", tabular: bool
+    where: str, rows: Iterable[Row], ids: "IdHashes | None", tabular: bool, id_field: str
 ) -> Iterator[Sample]:
     """Each row as a sample, its id checked; the ids' hashes added to `ids`."""
     for number, obj in rows:
-        if "id" not in obj or (tabular and obj["id"] is None):
-            raise InputError(where, number, "id", "missing")
-        sample_id = obj["id"]
+        if id_field not in obj or (tabular and obj[id_field] is None):
+            raise InputError(where, number, id_field, "missing")
+        sample_id = obj[id_field]
         if isinstance(sample_id, bool) or not isinstance(sample_id, str | int):
-            raise InputError(where, number, "id", "must be a string or an integer")
+            raise InputError(where, number, id_field, "must be a string or an integer")
         sample_id = str(sample_id)
         if not sample_id:
-            raise InputError(where, number, "id", "must not be empty")
+            raise InputError(where, number, id_field, "must not be empty")
         if ids is not None:
             ids.add(sample_id)
         yield Sample(id=sample_id, fields=obj, line=number)
@@ -187,19 +193,19 @@ class IdHashes:
 
 
 def _first_duplicate(
-    where: str, rows: Iterable[Row], unit: Unit, hashes: set[tuple[int, int]]
+    where: str, rows: Iterable[Row], unit: Unit, hashes: set[tuple[int, int]], id_field: str
 ) -> None:
     """The first id that is truly repeated, among those whose hash was."""
     first_of: dict[str, int] = {}
     for number, obj in rows:
-        sample_id = str(obj["id"])
+        sample_id = str(obj[id_field])
         if IdHashes.of(sample_id) not in hashes:
             continue
         if sample_id in first_of:
             raise InputError(
                 where,
                 number,
-                "id",
+                id_field,
                 f"duplicate id {sample_id!r} (first on {unit} {first_of[sample_id]})",
             )
         first_of[sample_id] = number

@@ -50,7 +50,7 @@ def load_hf_dataset(ref: "DatasetRef") -> Dataset:
         (number, jsonable_row(where, number, dict(row)))
         for number, row in enumerate(loaded, start=1)
     ]
-    samples = table_samples(where, rows, "row")
+    samples = table_samples(where, rows, "row", ref.id_field or "id")
     path = files[0].parent if files else Path(where)
     return in_memory(path, hash_json([r for _, r in rows]), samples)
 

@@ -10,13 +10,14 @@ spec's `format:` choices come from here when `DatasetRef` is defined.
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from importlib import import_module
+from importlib import import_module, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gradetrail_lib.datasets.dataset import Dataset
+from gradetrail_lib.errors import InputError
 
 # In this order the `format:` choices are listed.
 SOURCE_MODULES = ("jsonl", "csv", "parquet", "hf")
@@ -31,7 +32,8 @@ class FileSource:
 
     format: str
     suffixes: tuple[str, ...]
-    read: Callable[[Path, str], Dataset]
+    # read(path, where, id_field)
+    read: Callable[[Path, str, str], Dataset]
 
 
 @dataclass(frozen=True)
@@ -63,32 +65,53 @@ def dataset_format(path: Path, given: str | None = None) -> str:
     """The format named in the spec, else the one of the file's suffix; JSONL otherwise."""
     if given:
         return given
-    suffix = path.suffix.lower()
+    name = path.name.lower()
     for source in file_sources().values():
-        if suffix in source.suffixes:
+        if any(name.endswith(suffix) for suffix in source.suffixes):
             return source.format
     return DEFAULT_FORMAT
 
 
-def load_dataset(path: Path, shown_as: str | None = None, format: str | None = None) -> Dataset:
+def load_dataset(
+    path: Path, shown_as: str | None = None, format: str | None = None, id_field: str = "id"
+) -> Dataset:
     """Load a dataset file (its rows are checked as they are read: a JSONL file as it is
     iterated, a table now); `shown_as` is the path printed in errors."""
     kind = dataset_format(path, format)
     source = file_sources().get(kind)
     if source is None:
         raise ValueError(f"unknown dataset format {kind!r} (one of {', '.join(format_names())})")
-    return source.read(path, shown_as or str(path))
+    return source.read(path, shown_as or str(path), id_field)
 
 
 def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
     """The spec's `dataset:`, a file relative to `base_dir` or the source its key names
     (`hf`: a Hugging Face dataset)."""
+    if ref.package is not None and ref.path is not None:
+        file = package_file(ref.package, ref.path)
+        return load_dataset(file, ref.label, ref.format, ref.id_field or "id")
     if ref.path is not None:
-        return load_dataset((base_dir / ref.path).resolve(), ref.path, ref.format)
+        file = (base_dir / ref.path).resolve()
+        return load_dataset(file, ref.path, ref.format, ref.id_field or "id")
     for source in sources():
         if isinstance(source, RefSource) and getattr(ref, source.key) is not None:
             return source.load(ref)
     raise ValueError(f"dataset {ref.label}: no source reads it")
+
+
+def package_file(package: str, path: str) -> Path:
+    """A data file inside an installed package (`dataset: {package: ..., path: ...}`)."""
+    where = f"package:{package}/{path}"
+    try:
+        root = resources.files(package)
+    except ModuleNotFoundError as exc:
+        raise InputError(
+            where, None, "dataset.package", f"package {package!r} is not installed"
+        ) from exc
+    found = Path(str(root.joinpath(path)))
+    if not found.is_file():
+        raise InputError(where, None, "dataset.path", f"package {package!r} has no file {path!r}")
+    return found
 
 
 # The `format:` choices: the registered file formats (to the type checker, a string).
@@ -111,7 +134,15 @@ class DatasetRef(BaseModel):
     format: FormatName | None = Field(
         default=None, description="The file's format; by default from its suffix, else JSONL."
     )
+    package: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
+        description="An installed Python package whose data file `path` names.",
+    )
     hf: str | None = Field(default=None, min_length=1, description="Hugging Face repo id.")
+    id_field: str | None = Field(
+        default=None, min_length=1, description="The field holding each sample's id (`id`)."
+    )
     config: str | None = Field(default=None, min_length=1)
     split: str | None = Field(default=None, min_length=1)
     revision: str | None = Field(
@@ -120,6 +151,8 @@ class DatasetRef(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> "DatasetRef":
+        if self.package is not None and self.path is None:
+            raise ValueError("package needs path: the data file inside the package")
         if (self.path is None) == (self.hf is None):
             raise ValueError("give path (a file) or hf (a Hugging Face dataset), one of them")
         if self.path is not None:
@@ -140,6 +173,8 @@ class DatasetRef(BaseModel):
     @property
     def label(self) -> str:
         """How the dataset is named in errors, manifests and descriptions."""
+        if self.package is not None:
+            return f"package:{self.package}/{self.path}"
         if self.path is not None:
             return self.path
         return f"hf:{self.hf}:{self.config or 'default'}:{self.split}@{self.revision}"

@@ -17,14 +17,14 @@ from gradetrail_lib.errors import InputError
 
 
 def read_table(
-    path: Path, where: str, *, kind: str, reader: str, first: int, unit: Unit
+    path: Path, where: str, *, kind: str, reader: str, first: int, unit: Unit, id_field: str = "id"
 ) -> Dataset:
     """The file's dataset, every row checked: `reader` is the DuckDB table function that
     reads it, `first` the number of its first row (counted in `unit`s); `kind` names the
     format in errors (`cannot read CSV: ...`)."""
     digest = file_hash(where, path)
     rows = _rows(path, where, kind, reader, first)
-    return in_memory(path, digest, table_samples(where, rows, unit))
+    return in_memory(path, digest, table_samples(where, rows, unit, id_field))
 
 
 def _rows(path: Path, where: str, kind: str, reader: str, first: int) -> Iterator[Row]:

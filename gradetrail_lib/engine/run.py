@@ -18,6 +18,7 @@ from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.cache.batches import BatchStore
+from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
 from gradetrail_lib.engine.batch_send import (
@@ -155,6 +156,8 @@ class RunOptions:
     # passes `NotSent` (its responses step sent them); the scorers' calls still use the
     # run's backend.
     targets: Backend | None = None
+    # False is `--no-exec-cache`: the code scorer runs every program again.
+    exec_cache: bool = True
     # Target keys an earlier step of this run sent (Dagster's responses): found in the
     # cache now, but this run's calls, not cache hits.
     already_sent: Container[str] = frozenset()
@@ -179,6 +182,17 @@ def batch_backends(
     return batching(backend, BatchStore(cache.path), mode, options)
 
 
+def attach_exec_cache(plan: RunPlan, cache: Cache | None, enabled: bool) -> None:
+    """Give each scorer that runs programs the execution cache beside the response
+    cache file (none without a cache file, or with `--no-exec-cache`)."""
+    path = getattr(cache, "path", None)
+    exec_cache = ExecCache(exec_cache_path(path)) if enabled and isinstance(path, Path) else None
+    for scorer in plan.scorers:
+        use = getattr(scorer, "use_exec_cache", None)
+        if use is not None:
+            use(exec_cache)
+
+
 def run_model(
     plan: RunPlan,
     cache: Cache | None,
@@ -193,6 +207,7 @@ def run_model(
     (`--no-cache`); the run's own answers are held in memory, so it still sends each
     request once."""
     started_at = datetime.now(UTC)
+    attach_exec_cache(plan, cache, options.exec_cache)
     target_backend, backend = batch_backends(cache, backend, options.batch, options.batch_options)
     cache = cache if cache is not None else MemoryCache()
     prices = options.prices or load_prices()
@@ -498,6 +513,7 @@ def run_spec(
     concurrency: int | str = DEFAULTS.concurrency,
     read_cache: bool = True,
     repeats: int | None = None,
+    exec_cache: bool = True,
     batch: str = "off",
 ) -> list[CompletedRun]:
     """`gradetrail run` from Python: every model of the spec (or those named), in order.
@@ -509,7 +525,8 @@ def run_spec(
     for others, or `ModelConfig`s. Every spec's input is checked before any call.
     `read_cache=False` is `--no-cache`: the cache file is neither read nor written (nor
     created), and each run still sends a request once. `batch` is `run --batch`'s: off,
-    all or targets (provider batch APIs; needs the cache file)."""
+    all or targets (provider batch APIs; needs the cache file). `exec_cache=False` is
+    `--no-exec-cache`: the code scorer runs every program again."""
     mode = parse_batch_mode(batch)
     if mode != "off" and not read_cache:
         raise UsageError("batch needs the cache file (it records the batches): read_cache=True")
@@ -529,7 +546,10 @@ def run_spec(
         for job in planned:
             for position, each in enumerate(job.plans):
                 options = RunOptions(
-                    phase_seconds=job.phase_seconds(position), batch=mode, batch_options=waits
+                    phase_seconds=job.phase_seconds(position),
+                    batch=mode,
+                    batch_options=waits,
+                    exec_cache=exec_cache,
                 )
                 done.append(
                     run_model(each, response_cache, sender, Path(results_root), options)

@@ -82,6 +82,11 @@ def warnings_for(plan: RunPlan, served: set[str], git: dict[str, Any]) -> list[s
         )
     if git["dirty"]:
         warnings.append("the git work tree has uncommitted changes")
+    for scorer in plan.loaded.spec.scorers:
+        if getattr(scorer, "sandbox", None) == "none":
+            warnings.append(
+                f"scorer {scorer.name!r} runs model-written code unsandboxed (`sandbox: none`)"
+            )
     return warnings
 
 

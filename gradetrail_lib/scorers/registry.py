@@ -26,6 +26,7 @@ SCORER_MODULES = (
     "tool_call",
     "python",
     "judge",
+    "code",
 )
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
