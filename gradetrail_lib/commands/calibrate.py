@@ -11,23 +11,13 @@ from gradetrail_lib.analysis.calibration import (
     format_calibration,
     judge_scorers,
 )
-from gradetrail_lib.commands.options import add_pass_threshold, confidence_level
+from gradetrail_lib.commands.options import add_pass_threshold, confidence_level, fraction
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.labels import labels_path
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE
 from gradetrail_lib.results.runs import load_run
 
 EXIT_OK = 0
-
-
-def _width(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, not {text}")
-    return value
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -40,7 +30,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     parser.add_argument("--scorer", default=None, metavar="NAME", help="one judge scorer only")
     parser.add_argument(
         "--target-width",
-        type=_width,
+        type=fraction,
         default=DEFAULT_TARGET_WIDTH,
         help="the corrected interval's width to count labels for "
         f"(default {DEFAULT_TARGET_WIDTH:g})",

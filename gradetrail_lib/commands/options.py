@@ -9,7 +9,8 @@ from gradetrail_lib.results.defaults import (
 )
 
 
-def confidence_level(text: str) -> float:
+def fraction(text: str) -> float:
+    """A number strictly between 0 and 1 (a confidence level, an interval's width)."""
     try:
         value = float(text)
     except ValueError:
@@ -17,6 +18,9 @@ def confidence_level(text: str) -> float:
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, not {text}")
     return value
+
+
+confidence_level = fraction
 
 
 def positive_int(text: str) -> int:
