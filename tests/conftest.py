@@ -15,6 +15,8 @@ from tests.support.fake_llm_server import FakeLLMServer
 if TYPE_CHECKING:
     import dagster as dg
 
+    from tests.support.postgres import PostgresServer
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -122,3 +124,24 @@ def tls_files(tmp_path: Path) -> tuple[Path, Path]:
         capture_output=True,
     )  # fmt: skip
     return cert, key
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator["PostgresServer"]:
+    """One throwaway Postgres for the session (tests/support/postgres.py); each test that
+    needs isolation takes `postgres_url`, a fresh database on it."""
+    from tests.support.postgres import REQUIRED, postgres_problem, running_postgres
+
+    problem = postgres_problem()
+    if problem is not None:
+        if REQUIRED:
+            pytest.fail(f"Postgres required (GRADETRAIL_REQUIRE_POSTGRES=1) but {problem}")
+        pytest.skip(problem)
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: "PostgresServer") -> str:
+    """The URL of a fresh, empty database on the session's Postgres."""
+    return postgres_server.create_database()
