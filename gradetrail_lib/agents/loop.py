@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gradetrail_lib.agents.tools import Toolbox, call_all
+from gradetrail_lib.agents.workspace import Workspace
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.hashing import canonical_json
 from gradetrail_lib.providers.base import Message, ModelRequest, ModelResponse, ProviderError
@@ -93,6 +94,8 @@ class Case:
     made: dict[str, int] = field(default_factory=dict)
     observed: set[str] = field(default_factory=set)
     result: Trajectory | None = None
+    # The builtin tools' working directory, kept across the case's steps.
+    workspace: Workspace | None = None
 
     def end(
         self, final: ModelResponse | None, stopped: FailureMode | None, error: str | None = None
@@ -100,6 +103,11 @@ class Case:
         self.result = Trajectory(
             steps=self.steps, calls=self.calls, final=final, stopped=stopped, error=error
         )
+        self.close()
+
+    def close(self) -> None:
+        if self.workspace is not None:
+            self.workspace.close()
 
 
 def _signature(call: dict[str, Any]) -> str:
@@ -147,7 +155,9 @@ async def _advance(
     if any(case.made.get(s) == len(case.observed) for s in signatures):
         case.end(outcome, "thrash")
         return
-    results = await call_all(setup.toolbox, outcome.tool_calls, case.item.sample)
+    if case.workspace is None:
+        case.workspace = setup.toolbox.workspace(case.item.sample)
+    results = await call_all(setup.toolbox, outcome.tool_calls, case.item.sample, case.workspace)
     case.messages = [*case.messages, _assistant(outcome)]
     for call, signature, result in zip(outcome.tool_calls, signatures, results, strict=True):
         step.tool_results.append(
@@ -203,17 +213,22 @@ def run_agents(
     ]
     total, done = len(cases), 0
     active = cases
-    while active:
-        outcomes = send(list({c.pending.key: c.pending for c in active}.values()))
-        asyncio.run(_advance_all(active, outcomes, setup))
+    try:
+        while active:
+            outcomes = send(list({c.pending.key: c.pending for c in active}.values()))
+            asyncio.run(_advance_all(active, outcomes, setup))
+            for case in active:
+                if case.result is not None:
+                    done += 1
+                    if on_trajectory is not None:
+                        on_trajectory(case.position, case.result)
+            if progress:
+                progress(done, total)
+            active = [c for c in active if c.result is None]
+    finally:
+        # An abort (Ctrl-C, a failed backend) leaves no working directory behind either.
         for case in active:
-            if case.result is not None:
-                done += 1
-                if on_trajectory is not None:
-                    on_trajectory(case.position, case.result)
-        if progress:
-            progress(done, total)
-        active = [c for c in active if c.result is None]
+            case.close()
     trajectories = {}
     for case in cases:
         assert case.result is not None

@@ -4,11 +4,14 @@ A tool's result comes from the sample (`tool_results: {<tool>: [{arguments, resu
 matched on the arguments) unless the tool names a Python function by `ref`
 (`tools/weather.py:weather` relative to the spec, or `package.module:function`), called
 with the arguments as keywords, sync or async; its source is hashed like a Python
-scorer's. A call that matches no scripted result, names no tool, breaks the tool's
-parameter schema or makes the function raise is a tool error: the model is shown the
-error as the tool's result, and the case remembers it.
+scorer's. A builtin tool (`builtin: python|bash`) runs the model's code in the sandbox, in
+the case's working directory (`agents.workspace`). A call that matches no scripted
+result, names no tool, breaks the tool's parameter schema or makes the function raise is
+a tool error: the model is shown the error as the tool's result, and the case remembers
+it.
 """
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable
@@ -16,9 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradetrail_lib.agents.workspace import SandboxedTool, Workspace, result_text
+from gradetrail_lib.cache.executions import ExecCache
 from gradetrail_lib.config import load_function
 from gradetrail_lib.datasets.dataset import Sample
+from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import canonical_json
+from gradetrail_lib.sandbox import SandboxUnavailable
 from gradetrail_lib.spec.tools import ToolConfig
 
 SCRIPTED_FIELD = "tool_results"
@@ -60,6 +67,36 @@ class Toolbox:
             t.name: load_function(t.ref, base_dir, arguments=None) for t in tools if t.ref
         }
         self._validators: dict[str, Any] = {}
+        self._sandboxed = {t.name: SandboxedTool.of(t) for t in tools if t.builtin is not None}
+        # The files each case's working directory starts with: name -> sample field.
+        self.case_files = {
+            name: source for t in tools for name, source in (t.case_files or {}).items()
+        }
+        # Set by the run (`use_exec_cache`); None runs every call (`--no-exec-cache`).
+        self.exec_cache: ExecCache | None = None
+
+    def use_exec_cache(self, cache: ExecCache | None) -> None:
+        self.exec_cache = cache
+
+    def check(self, sample: Sample, dataset_path: str) -> None:
+        """Raises the InputError a case's files would (a field missing or not text)."""
+        for name, source in self.case_files.items():
+            value = sample.fields.get(source)
+            if not isinstance(value, str):
+                problem = "has no field" if source not in sample.fields else "has no text in"
+                raise InputError(
+                    dataset_path,
+                    sample.line,
+                    source,
+                    f"sample {sample.id!r} {problem} {source!r} (the tools' file {name!r})",
+                )
+
+    def workspace(self, sample: Sample) -> Workspace | None:
+        """A case's working directory for the builtin tools (None without any)."""
+        if not self._sandboxed:
+            return None
+        files = {name: str(sample.fields[source]) for name, source in self.case_files.items()}
+        return Workspace(files=files, cache=self.exec_cache)
 
     def definitions(self) -> list[dict[str, Any]]:
         return [t.definition() for t in self.tools.values()]
@@ -74,7 +111,13 @@ class Toolbox:
         error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
         return None if error is None else error.message
 
-    async def call(self, name: str, arguments: dict[str, Any], sample: Sample) -> ToolOutcome:
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        sample: Sample,
+        workspace: Workspace | None = None,
+    ) -> ToolOutcome:
         if name not in self.tools:
             return _failed(f"no tool named {name!r} (tools: {', '.join(sorted(self.tools))})")
         if "_unparsed" in arguments:
@@ -82,6 +125,10 @@ class Toolbox:
         problem = self._argument_problem(name, arguments)
         if problem is not None:
             return _failed(f"{name}: arguments do not fit its parameters: {problem}")
+        sandboxed = self._sandboxed.get(name)
+        if sandboxed is not None:
+            assert workspace is not None, "a case with builtin tools has a workspace"
+            return await _run_code(sandboxed, str(arguments[sandboxed.argument]), workspace)
         function = self._functions.get(name)
         if function is None:
             return self._scripted(name, arguments, sample)
@@ -103,12 +150,26 @@ class Toolbox:
         return _failed(f"no scripted result for {name}({wanted})")
 
 
+async def _run_code(tool: SandboxedTool, program: str, workspace: Workspace) -> ToolOutcome:
+    loop = asyncio.get_running_loop()
+    try:
+        execution = await loop.run_in_executor(None, workspace.run, tool, program)
+    except SandboxUnavailable as exc:
+        return _failed(f"{tool.name}: the sandbox cannot run: {exc}")
+    return ToolOutcome(result_text(execution))
+
+
 async def call_all(
-    toolbox: Toolbox, calls: list[dict[str, Any]], sample: Sample
+    toolbox: Toolbox,
+    calls: list[dict[str, Any]],
+    sample: Sample,
+    workspace: Workspace | None = None,
 ) -> list[ToolOutcome]:
     """A step's tool calls, run in their order (a later call may depend on an earlier)."""
     outcomes = []
     for call in calls:
-        pending: Awaitable[ToolOutcome] = toolbox.call(call["name"], call["arguments"], sample)
+        pending: Awaitable[ToolOutcome] = toolbox.call(
+            call["name"], call["arguments"], sample, workspace
+        )
         outcomes.append(await pending)
     return outcomes

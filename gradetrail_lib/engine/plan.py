@@ -164,7 +164,7 @@ class RunPlan:
 
 def _check_samples(
     loaded: LoadedSpec, dataset: Dataset, renderer: PromptRenderer, builder: RequestBuilder,
-    scorers: list[Scorer],
+    scorers: list[Scorer], toolbox: Toolbox | None = None,
 ) -> int:
     """Every sample of the dataset read and checked: it renders, its request builds, every
     scorer can score it; the number of samples. Raises every input error found (the first
@@ -176,6 +176,8 @@ def _check_samples(
         try:
             messages = renderer.messages(sample, label)
             builder.check(sample, label)
+            if toolbox is not None:
+                toolbox.check(sample, label)
             for scorer in scorers:
                 scorer.check(sample, messages, label)
             check_retrieval_fields(sample, label)
@@ -211,5 +213,5 @@ def plan(
         tool_choice=spec.tool_choice,
         shared_messages=renderer.shared_messages,
     )
-    samples = _check_samples(loaded, dataset, renderer, builder, scorers)
+    samples = _check_samples(loaded, dataset, renderer, builder, scorers, toolbox)
     return RunPlan(loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, samples)

@@ -183,14 +183,17 @@ def batch_backends(
 
 
 def attach_exec_cache(plan: RunPlan, cache: Cache | None, enabled: bool) -> None:
-    """Give each scorer that runs programs the execution cache beside the response
-    cache file (none without a cache file, or with `--no-exec-cache`)."""
+    """Give each scorer that runs programs, and an agent's builtin tools, the execution
+    cache beside the response cache file (none without a cache file, or with
+    `--no-exec-cache`)."""
     path = getattr(cache, "path", None)
     exec_cache = ExecCache(exec_cache_path(path)) if enabled and isinstance(path, Path) else None
     for scorer in plan.scorers:
         use = getattr(scorer, "use_exec_cache", None)
         if use is not None:
             use(exec_cache)
+    if plan.toolbox is not None:
+        plan.toolbox.use_exec_cache(exec_cache)
 
 
 def run_model(
@@ -310,6 +313,7 @@ def fetch_run(
     an earlier batch sent that a later one finds is neither a cache hit nor a call.
     `batch` other than off sends the misses through provider batch APIs."""
     backend, _ = batch_backends(cache, backend, batch, batch_options or BatchOptions())
+    attach_exec_cache(plan, cache, enabled=True)
     try:
         return _fetch_run(plan, cache, backend, progress, prices or load_prices())
     except KeyboardInterrupt:

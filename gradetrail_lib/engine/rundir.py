@@ -87,6 +87,11 @@ def warnings_for(plan: RunPlan, served: set[str], git: dict[str, Any]) -> list[s
             warnings.append(
                 f"scorer {scorer.name!r} runs model-written code unsandboxed (`sandbox: none`)"
             )
+    for tool in plan.loaded.spec.tools or []:
+        if tool.sandbox == "none":
+            warnings.append(
+                f"tool {tool.name!r} runs model-written code unsandboxed (`sandbox: none`)"
+            )
     return warnings
 
 

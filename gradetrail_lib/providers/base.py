@@ -104,6 +104,11 @@ class Endpoint:
         return dict(self.settings)[name]
 
 
+# What provider `scripted` answers a request: a text, or an agent's step
+# `{"text": ..., "tool_calls": [{"name", "arguments"}]}`.
+ScriptedAnswer = str | dict[str, Any]
+
+
 @dataclass(frozen=True, kw_only=True)
 class PromptCacheMark:
     """Where a request's prompt-cache breakpoint goes: after its first `messages` messages
@@ -122,8 +127,8 @@ class ModelRequest:
     endpoint: Endpoint
     messages: list[Message]
     params: dict[str, Any]
-    # Provider `scripted` only: the answer it gives.
-    answer: str | None = None
+    # Provider `scripted` only: the answer it gives (a text, or an agent's step).
+    answer: "ScriptedAnswer | None" = None
     # Tool definitions offered ({"name", "description", "parameters"}) and the choice.
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | None = None

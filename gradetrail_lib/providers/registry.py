@@ -15,7 +15,7 @@ its first request): loading a spec loads every provider, and a fully cached run 
 pay for httpx.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cache
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from gradetrail_lib.config import Params
     from gradetrail_lib.datasets.dataset import Sample
     from gradetrail_lib.providers.adapter import Adapter
-    from gradetrail_lib.providers.base import ModelRequest, ModelResponse
+    from gradetrail_lib.providers.base import Message, ModelRequest, ModelResponse, ScriptedAnswer
     from gradetrail_lib.providers.batch import BatchAPI
 
 PROVIDER_MODULES = (
@@ -122,7 +122,10 @@ class Provider:
     serve: "Callable[[str], AbstractContextManager[str]] | None" = None
     # In-process providers: the answer for a sample (an InputError when the sample cannot
     # give one; it enters the request key), and the response to a request.
-    sample_answer: "Callable[[ModelConfig, Sample, str], str] | None" = None
+    # `messages` so far (an agent's script answers by turn; see `scripted`).
+    sample_answer: (
+        "Callable[[ModelConfig, Sample, str, Sequence[Message]], ScriptedAnswer] | None"
+    ) = None
     respond: "Callable[[ModelRequest], ModelResponse] | None" = None
     # Its batch API (`providers.batch`), when it has one: `run --batch` sends its cache
     # misses that way.

@@ -191,7 +191,7 @@ class RequestBuilder:
         """Raises the InputError `build` would for this sample (a scripted model's
         answer_field missing from it)."""
         if self.provider.sample_answer is not None:
-            self.provider.sample_answer(self.model, sample, dataset_path)
+            self.provider.sample_answer(self.model, sample, dataset_path, [])
 
     def build(
         self, messages: list[Message], sample: "Sample", dataset_path: str, repeat: int = 0
@@ -203,7 +203,7 @@ class RequestBuilder:
                 self._key_of(repeat)(messages), self.endpoint, messages, self.params,
                 tools=self.tools, tool_choice=self.tool_choice, prompt_cache=self.prompt_cache,
             )  # fmt: skip
-        answer = sample_answer(model, sample, dataset_path)
+        answer = sample_answer(model, sample, dataset_path, messages)
         params = {**self.params, "scripted_answer": answer}
         key = request_key(
             model.provider, model.name, key_base_url(model), messages, params,

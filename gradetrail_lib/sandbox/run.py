@@ -87,7 +87,20 @@ def _python() -> Language:
     )
 
 
-LANGUAGES: dict[str, Callable[[], Language]] = {"python": _python}
+def _bash() -> Language:
+    # The agents' `bash` tool: bash and the system's commands (/usr/bin, read-only), with
+    # the shared libraries every sandbox has. --noprofile and --norc read no start-up file.
+    bash = shutil.which("bash", path="/usr/bin:/bin") or "/bin/bash"
+    read_only = tuple(p for p in ("/usr/bin", "/bin") if os.path.lexists(p))
+    return Language(
+        name="bash",
+        file_name="main.sh",
+        interpreter=(os.path.realpath(bash), "--noprofile", "--norc"),
+        read_only=read_only,
+    )
+
+
+LANGUAGES: dict[str, Callable[[], Language]] = {"python": _python, "bash": _bash}
 
 
 @dataclass(frozen=True)
@@ -146,7 +159,7 @@ def find_bwrap() -> str | None:
         return None
 
 
-def _mounts(language: Language, workdir_mb: int) -> list[str]:
+def _mounts(language: Language, workdir_mb: int, workdir: Path | None) -> list[str]:
     args: list[str] = []
     for path in _SYSTEM_LIBS:
         if os.path.islink(path):
@@ -154,14 +167,34 @@ def _mounts(language: Language, workdir_mb: int) -> list[str]:
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     for path in language.read_only:
-        args += ["--ro-bind", path, path]
+        if os.path.islink(path) and path in _SYSTEM_LINKS:
+            args += ["--symlink", os.readlink(path), path]  # /bin -> usr/bin
+        else:
+            args += ["--ro-bind", path, path]
     for path in language.hidden:
         args += ["--tmpfs", path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    # 0777: the program's user (UNPRIVILEGED) writes its files there.
-    args += ["--size", str(workdir_mb << 20), "--perms", "0777", "--tmpfs", WORKDIR]
+    if workdir is None:
+        # 0777: the program's user (UNPRIVILEGED) writes its files there.
+        args += ["--size", str(workdir_mb << 20), "--perms", "0777", "--tmpfs", WORKDIR]
+    else:
+        # A host folder kept between runs (an agent's case): the program sits apart, in
+        # a tmpfs of its own, so it neither lands in nor overwrites the folder's files.
+        args += ["--bind", str(workdir), WORKDIR]
+        args += ["--size", str(1 << 20), "--perms", "0755", "--tmpfs", PROGRAM_DIR]
     args += ["--chdir", WORKDIR]
     return args
+
+
+# Top-level links of merged-/usr systems a language may name (recreated, not bound).
+_SYSTEM_LINKS = ("/bin", "/sbin")
+# Where the program file is when the working directory is a host folder.
+PROGRAM_DIR = "/program"
+
+
+def program_path(language: Language, workdir: Path | None) -> str:
+    """The program file's path inside the sandbox, as the interpreter is given it."""
+    return language.file_name if workdir is None else f"{PROGRAM_DIR}/{language.file_name}"
 
 
 # The user a program runs as. Run by root, bwrap's user namespace maps it to root outside,
@@ -190,7 +223,13 @@ def _ancestors(paths: Sequence[str]) -> list[str]:
     return seen
 
 
-def bwrap_command(bwrap: str, language: Language, limits: Limits, program_fd: int) -> list[str]:
+def bwrap_command(
+    bwrap: str,
+    language: Language,
+    limits: Limits,
+    program_fd: int,
+    workdir: Path | None = None,
+) -> list[str]:
     if _as_root():
         isolation = [
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
@@ -198,7 +237,11 @@ def bwrap_command(bwrap: str, language: Language, limits: Limits, program_fd: in
             # Only to become UNPRIVILEGED: setpriv's setuid clears every capability.
             "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
         ]  # fmt: skip
-        bound = [*language.read_only, SETPRIV, *(p for p in _SYSTEM_LIBS if not os.path.islink(p))]
+        bound = [
+            *(p for p in language.read_only if not os.path.islink(p)),
+            SETPRIV,
+            *(p for p in _SYSTEM_LIBS if not os.path.islink(p)),
+        ]
         reach = [a for d in _ancestors(bound) for a in ("--perms", "0755", "--dir", d)]
         reach += ["--ro-bind", SETPRIV, SETPRIV]
         launcher = [
@@ -217,15 +260,15 @@ def bwrap_command(bwrap: str, language: Language, limits: Limits, program_fd: in
         "--new-session",
         "--clearenv",
         *reach,
-        *_mounts(language, limits.file_mb * 4),
+        *_mounts(language, limits.file_mb * 4, workdir),
         "--perms",
         "0644",
         "--file",
         str(program_fd),
-        f"{WORKDIR}/{language.file_name}",
+        f"{WORKDIR}/{language.file_name}" if workdir is None else program_path(language, workdir),
         *launcher,
         *language.interpreter,
-        language.file_name,
+        program_path(language, workdir),
     ]
 
 
@@ -325,10 +368,18 @@ def _collect(process: subprocess.Popen[bytes], limits: Limits) -> Execution:
 
 
 def run_program(
-    source: str, language: Language, limits: Limits, mode: SandboxMode = "bwrap"
+    source: str,
+    language: Language,
+    limits: Limits,
+    mode: SandboxMode = "bwrap",
+    workdir: Path | None = None,
 ) -> Execution:
     """Run `source` as `language.file_name` and wait for it (blocking: callers run this
-    in a thread pool). Raises SandboxUnavailable when `mode` is bwrap and it cannot run."""
+    in a thread pool). Raises SandboxUnavailable when `mode` is bwrap and it cannot run.
+
+    `workdir`: a host folder to work in, bound read-write (an agent's case keeps its files
+    between tool calls), instead of a fresh tmpfs; the program file is then kept apart
+    from it. Under bwrap run by root the folder must be writable by `UNPRIVILEGED`."""
     if mode == "bwrap":
         problem = bwrap_problem()
         bwrap = find_bwrap()
@@ -341,7 +392,7 @@ def run_program(
             os.write(program_fd, source.encode())
             os.lseek(program_fd, 0, os.SEEK_SET)
             process = subprocess.Popen(
-                bwrap_command(bwrap, language, limits, program_fd),
+                bwrap_command(bwrap, language, limits, program_fd, workdir),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -352,11 +403,12 @@ def run_program(
         finally:
             os.close(program_fd)
         return _collect(process, limits)
-    with tempfile.TemporaryDirectory(prefix="gradetrail-run-") as workdir:
-        (Path(workdir) / language.file_name).write_text(source)
+    with tempfile.TemporaryDirectory(prefix="gradetrail-run-") as scratch:
+        program = Path(scratch) / language.file_name
+        program.write_text(source)
         process = subprocess.Popen(
-            [*language.interpreter, language.file_name],
-            cwd=workdir,
+            [*language.interpreter, language.file_name if workdir is None else str(program)],
+            cwd=scratch if workdir is None else workdir,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
