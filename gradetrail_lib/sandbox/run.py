@@ -11,6 +11,10 @@ size, open files) are set before bwrap starts and hold inside it; a wall-clock t
 kills the whole process group, and `--die-with-parent` takes the sandbox's PID namespace
 with it (every process in it dies with its init).
 
+An agent's builtin tools run here too: `bash` (the system's /usr/bin, read-only) beside
+`python`, and a host folder the case keeps between calls bound read-write as the working
+directory in place of the tmpfs (`run_program(workdir=...)`).
+
 Output is read as it comes, keeping only the last `TAIL_BYTES` of each stream, and a
 program that prints more than `Limits.output_mb` is killed: a gigabyte of output never
 reaches memory.
@@ -90,7 +94,7 @@ def _python() -> Language:
 def _bash() -> Language:
     # The agents' `bash` tool: bash and the system's commands (/usr/bin, read-only), with
     # the shared libraries every sandbox has. --noprofile and --norc read no start-up file.
-    bash = shutil.which("bash", path="/usr/bin:/bin") or "/bin/bash"
+    bash = next((p for p in ("/usr/bin/bash", "/bin/bash") if os.path.exists(p)), "/bin/bash")
     read_only = tuple(p for p in ("/usr/bin", "/bin") if os.path.lexists(p))
     return Language(
         name="bash",
