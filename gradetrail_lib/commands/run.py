@@ -113,8 +113,8 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     run.add_argument(
         "--no-exec-cache",
         action="store_true",
-        help="run every program of a code scorer again, instead of reusing the execution "
-        "cached beside the cache file",
+        help="run every program of a code scorer or a builtin tool again, instead of reusing "
+        "the execution cached beside the cache file",
     )
     run.add_argument(
         "--batch",
