@@ -99,14 +99,39 @@ def test_a_spec_is_refused_at_load_when_bwrap_cannot_start_unless_it_says_none(
     assert any("unsandboxed (`sandbox: none`)" in w for w in done.manifest.warnings)
 
 
+def _ancestors(pid: str) -> list[tuple[str, str]]:
+    """(pid, command name) of each ancestor of `pid`, nearest first."""
+    chain = []
+    while pid not in ("0", "1"):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        # The command name is in parentheses and may hold spaces; the parent pid follows.
+        pid = stat[stat.rindex(")") + 2 :].split()[1]
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            break
+        chain.append((pid, name))
+    return chain
+
+
 def _program_processes() -> list[str]:
+    """Sandboxed programs this test left: one under this process, or one no bwrap holds
+    any more (an escaped orphan). Programs inside another process's live sandbox (another
+    test run on the same machine) are neither."""
     found = []
+    me = str(os.getpid())
     for pid in os.listdir("/proc"):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"-I\x00-S\x00-B\x00main.py" in cmdline:
+        if b"-I\x00-S\x00-B\x00main.py" not in cmdline:
+            continue
+        chain = _ancestors(pid)
+        if any(p == me for p, _ in chain) or not any(n == "bwrap" for _, n in chain):
             found.append(pid)
     return found
 
