@@ -7,7 +7,9 @@ from pathlib import Path
 import dagster as dg
 
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
+from gradetrail_lib.cache.location import default_cache_location, open_cache
+from gradetrail_lib.cache.postgres import PostgresCache
+from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, parse_batch_mode
 from gradetrail_lib.settings import DEFAULTS, Settings
 
@@ -22,8 +24,9 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     one DuckDB file by default (`database`), as the DuckDB resource is configured with it
     too."""
 
-    # GRADETRAIL_CACHE as the definitions are loaded, as ever.
-    database: str = str(default_cache_path())
+    # GRADETRAIL_CACHE as the definitions are loaded, as ever: a DuckDB file or a
+    # postgresql:// URL (the response cache; the tables stay in DuckDB for now).
+    database: str = default_cache_location()
     results_dir: str = str(DEFAULTS.results)
     backend: str = DEFAULTS.backend
     concurrency: str = DEFAULTS.concurrency
@@ -47,8 +50,8 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         values["results_dir"] = str(values.pop("results"))
         return cls(**values)
 
-    def cache(self) -> ResponseCache:
-        return ResponseCache(Path(self.database))
+    def cache(self) -> ResponseCache | PostgresCache:
+        return open_cache(self.database)
 
     def results_root(self) -> Path:
         return Path(self.results_dir)
