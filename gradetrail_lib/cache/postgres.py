@@ -25,7 +25,7 @@ import atexit
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.bursts import CacheWriter
 from gradetrail_lib.cache.location import password_of
-from gradetrail_lib.cache.responses import LOOKUP_COLUMNS, response_of, response_row
+from gradetrail_lib.cache.responses import (
+    COLUMNS,
+    LOOKUP_COLUMNS,
+    new_rows,
+    response_of,
+    response_row,
+    rows_by_key,
+)
 from gradetrail_lib.errors import GradetrailError, UsageError
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 from gradetrail_lib.sandbox import Execution
@@ -103,13 +110,10 @@ _CLAIM_LOCK = 0x67740002
 # neither builds one huge array parameter nor one huge result in the server's memory.
 LOOKUP_CHUNK = 10_000
 
-# The columns of `responses` a write fills, their Postgres types (`response_row`'s order).
-_WRITE_COLUMNS = (
-    ("key", "text"), ("provider", "text"), ("model", "text"), ("served_model", "text"),
-    ("text", "text"), ("stop_reason", "text"), ("input_tokens", "bigint"),
-    ("output_tokens", "bigint"), ("latency_s", "double precision"), ("attempts", "integer"),
-    ("raw", "text"), ("tool_calls", "text"), ("usage", "text"),
-)  # fmt: skip
+# The columns a write fills (`responses.COLUMNS`, `response_row`'s order) in Postgres's
+# types.
+_PG_TYPES = {"VARCHAR": "text", "BIGINT": "bigint", "DOUBLE": "double precision"}
+_WRITE_COLUMNS = [(name, _PG_TYPES.get(kind, kind.lower())) for name, kind in COLUMNS]
 
 _INSERT = (
     f"INSERT INTO responses ({', '.join(name for name, _ in _WRITE_COLUMNS)})"
@@ -256,6 +260,27 @@ class PostgresCache:
         arrays = [list(column) for column in zip(*ordered, strict=True)]
         with self.connection() as connection:
             connection.execute(_INSERT, arrays)
+
+    def read_rows(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The whole stored rows of `keys` (`ResponseCache.read_rows`)."""
+        names = ", ".join(name for name, _ in COLUMNS)
+        rows: list[Any] = []
+        with self.connection() as connection:
+            for chunk in _chunks(keys):
+                rows += connection.execute(
+                    f"SELECT {names} FROM responses WHERE key = ANY(%s)", [chunk]
+                ).fetchall()
+        return rows_by_key(keys, rows)
+
+    def write_rows(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Stores whole rows whose keys are not stored yet; returns how many it added."""
+        new = sorted(new_rows(rows, ()), key=lambda row: row[0])  # sorted: no deadlock
+        if not new:
+            return 0
+        arrays = [list(column) for column in zip(*new, strict=True)]
+        with self.connection() as connection:
+            added = connection.execute(_INSERT + " RETURNING key", arrays).fetchall()
+        return len(added)
 
     def count(self) -> int:
         with self.connection() as connection:

@@ -14,7 +14,7 @@ Responses are written by a background thread, one transaction per burst of arriv
 """
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,25 @@ def response_row(request: ModelRequest, response: ModelResponse) -> list[Any]:
     ]
 
 
+def rows_by_key(keys: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """`rows` (in `COLUMNS` order, latest first) as one dict each per key, the earliest
+    of a key, in the order of `keys`."""
+    names = [name for name, _ in COLUMNS]
+    found = {row[0]: dict(zip(names, row, strict=True)) for row in rows}
+    return [found[key] for key in dict.fromkeys(keys) if key in found]
+
+
+def new_rows(rows: Sequence[Mapping[str, Any]], held: Collection[str]) -> list[list[Any]]:
+    """Of whole rows, those whose keys are neither in `held` nor earlier in `rows`, as
+    lists in `COLUMNS` order (a missing optional column is NULL)."""
+    out, seen = [], set(held)
+    for row in rows:
+        if row["key"] not in seen:
+            seen.add(row["key"])
+            out.append([row.get(name) for name, _ in COLUMNS])
+    return out
+
+
 # What a lookup reads of a row (`response_of`'s order): not the raw body.
 LOOKUP_COLUMNS = (
     "key, text, served_model, stop_reason, input_tokens, output_tokens, latency_s, attempts,"
@@ -190,6 +209,43 @@ class ResponseCache:
         rows = [response_row(request, response) for request, response in items]
         with open_connection(self.path) as connection:
             insert_rows(connection, "responses", COLUMNS, rows)
+
+    def read_rows(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The whole stored rows of `keys` (the raw body too: what moves a cache's answers
+        elsewhere), one per key stored, by `COLUMNS` name, in the order of `keys`."""
+        if not keys:
+            return []
+        names = ", ".join(f"r.{name}" for name, _ in COLUMNS)
+        with open_connection(self.path, read_only=True) as connection:
+            rows = connection.execute(
+                f"SELECT {names} FROM responses r JOIN ({_KEYS_TABLE}) wanted"
+                " ON r.key = wanted.key ORDER BY r.created_at DESC",
+                {"keys": _key_list(keys)},
+            ).fetchall()
+        return rows_by_key(keys, rows)
+
+    def write_rows(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Stores whole rows (`read_rows`'s) whose keys are not stored yet, in one
+        transaction; returns how many it added."""
+        with open_connection(self.path) as connection:
+            connection.execute("BEGIN TRANSACTION")
+            try:
+                wanted = [str(row["key"]) for row in rows]
+                held = {
+                    found[0]
+                    for found in connection.execute(
+                        f"SELECT DISTINCT r.key FROM responses r JOIN ({_KEYS_TABLE}) w"
+                        " ON r.key = w.key",
+                        {"keys": _key_list(wanted)},
+                    ).fetchall()
+                } if wanted else set()
+                new = new_rows(rows, held)
+                insert_rows(connection, "responses", COLUMNS, new)
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+        return len(new)
 
     def count(self) -> int:
         """Distinct request keys cached."""

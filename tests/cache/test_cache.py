@@ -218,3 +218,23 @@ def test_look_up_of_a_plan_is_complete_only_when_every_distinct_key_is_cached(
     assert set(partial.responses) == {keys[0], keys[1]} and not partial.complete(eval_plan)
     cache.put_many([item(keys[2]), item(keys[0])])  # a second row of a key changes nothing
     assert look_up(eval_plan, cache).complete(eval_plan)
+
+
+def test_whole_rows_move_between_caches_and_only_new_keys_are_added(
+    cache_location: str, tmp_path: Path
+) -> None:
+    source = open_cache(tmp_path / "source.duckdb")
+    request, response = item("a", "one")
+    response.tool_calls = [{"id": "c1", "name": "add", "arguments": {"x": 1}}]
+    source.put_many([(request, response), item("b", "two")])
+    rows = source.read_rows(["b", "a", "missing"])
+    assert [row["key"] for row in rows] == ["b", "a"]
+    assert rows[1]["raw"] == '{"choices": [{"message": {"content": "one"}}]}'
+    target = open_cache(cache_location)
+    target.put_many([item("b", "kept")])
+    assert target.write_rows([*rows, rows[0]]) == 1  # "b" is held, and given twice
+    assert target.write_rows(rows) == 0
+    assert target.read_rows(["a"]) == [rows[1]]
+    found = target.lookup(["a", "b"])
+    assert (found["a"].text, found["b"].text) == ("one", "kept")
+    assert found["a"].tool_calls == response.tool_calls
