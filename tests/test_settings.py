@@ -114,3 +114,15 @@ def test_the_cli_reads_the_batch_variables(monkeypatch: pytest.MonkeyPatch) -> N
         ["run", "s.yaml", "--batch", "targets", "--batch-timeout", "2h"]
     )
     assert (args.batch, args.batch_timeout) == ("targets", 7200.0)
+
+
+def test_the_resource_opens_the_cache_its_database_names(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    from gradetrail_lib.cache.postgres import PostgresCache, close_pools
+    from gradetrail_lib.cache.responses import ResponseCache
+
+    assert isinstance(GradetrailResource(database=postgres_url).cache(), PostgresCache)
+    file = GradetrailResource(database=str(tmp_path / "c.duckdb")).cache()
+    assert isinstance(file, ResponseCache) and file.path == tmp_path / "c.duckdb"
+    close_pools()
