@@ -7,11 +7,11 @@ from pathlib import Path
 import dagster as dg
 
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache.location import default_cache_location, open_cache
+from gradetrail_lib.cache.location import default_cache_location, open_cache, parse_location
 from gradetrail_lib.cache.postgres import PostgresCache
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, parse_batch_mode
-from gradetrail_lib.settings import DEFAULTS, Settings
+from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, Settings
 
 # A run's tag that sets how its misses are sent (off, all, targets), over the resource's
 # `batch`: the nightly schedule sets it.
@@ -52,6 +52,13 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     def cache(self) -> ResponseCache | PostgresCache:
         return open_cache(self.database)
+
+    def tables_database(self) -> str:
+        """The DuckDB file of the `scores` and `stats` tables: the cache's file, or with a
+        Postgres cache the default file (the tables are DuckDB's alone; a URL is no
+        file DuckDB can open)."""
+        location = parse_location(self.database)
+        return str(location.path) if location.path is not None else str(DEFAULT_DATABASE)
 
     def results_root(self) -> Path:
         return Path(self.results_dir)

@@ -8,7 +8,7 @@ import pytest
 
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from gradetrail_lib import cli
-from gradetrail_lib.settings import DEFAULTS, ENVIRONMENT, Settings, cli_settings
+from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings, cli_settings
 
 
 def test_every_setting_has_a_variable() -> None:
@@ -126,3 +126,10 @@ def test_the_resource_opens_the_cache_its_database_names(
     file = GradetrailResource(database=str(tmp_path / "c.duckdb")).cache()
     assert isinstance(file, ResponseCache) and file.path == tmp_path / "c.duckdb"
     close_pools()
+
+
+def test_with_a_postgres_cache_the_tables_stay_in_the_default_duckdb_file(tmp_path: Path) -> None:
+    url = "postgresql://u@db.example/evals"
+    assert GradetrailResource(database=url).tables_database() == str(DEFAULT_DATABASE)
+    here = str(tmp_path / "c.duckdb")
+    assert GradetrailResource(database=here).tables_database() == here
