@@ -133,7 +133,10 @@ def test_run_with_a_postgres_cache_reruns_free_and_keeps_the_password_out_of_fil
     assert [r["response"] for r in warm_rows] == [r["response"] for r in cold_rows]
     assert not any(p.name.startswith("postgres") for p in tmp_path.iterdir())  # no folder
     assert open_cache(postgres_url).count() == n
-    for output in (cold, warm):
+    planned = run_cli("plan", str(spec), "--cache", url, cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr
+    assert f"cache hits {n}, misses 0" in planned.stdout
+    for output in (cold, warm, planned):
         assert PASSWORD not in output.stdout + output.stderr
     for path in tmp_path.rglob("*"):
         if path.is_file():
