@@ -70,7 +70,10 @@ def build_definitions(
                 minimum_interval_seconds=30,
             ),
         ],
-        resources={"gradetrail": settings, "duckdb": DuckDBResource(database=settings.database)},
+        resources={
+            "gradetrail": settings,
+            "duckdb": DuckDBResource(database=settings.tables_database()),
+        },
     )
 
 

@@ -7,9 +7,11 @@ from pathlib import Path
 import dagster as dg
 
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
+from gradetrail_lib.cache.location import default_cache_location, open_cache, parse_location
+from gradetrail_lib.cache.postgres import PostgresCache
+from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, parse_batch_mode
-from gradetrail_lib.settings import DEFAULTS, Settings
+from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, Settings
 
 # A run's tag that sets how its misses are sent (off, all, targets), over the resource's
 # `batch`: the nightly schedule sets it.
@@ -22,8 +24,9 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     one DuckDB file by default (`database`), as the DuckDB resource is configured with it
     too."""
 
-    # GRADETRAIL_CACHE as the definitions are loaded, as ever.
-    database: str = str(default_cache_path())
+    # GRADETRAIL_CACHE as the definitions are loaded, as ever: a DuckDB file or a
+    # postgresql:// URL (the response cache; the tables stay in DuckDB for now).
+    database: str = default_cache_location()
     results_dir: str = str(DEFAULTS.results)
     backend: str = DEFAULTS.backend
     concurrency: str = DEFAULTS.concurrency
@@ -47,8 +50,15 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         values["results_dir"] = str(values.pop("results"))
         return cls(**values)
 
-    def cache(self) -> ResponseCache:
-        return ResponseCache(Path(self.database))
+    def cache(self) -> ResponseCache | PostgresCache:
+        return open_cache(self.database)
+
+    def tables_database(self) -> str:
+        """The DuckDB file of the `scores` and `stats` tables: the cache's file, or with a
+        Postgres cache the default file (the tables are DuckDB's alone; a URL is no
+        file DuckDB can open)."""
+        location = parse_location(self.database)
+        return str(location.path) if location.path is not None else str(DEFAULT_DATABASE)
 
     def results_root(self) -> Path:
         return Path(self.results_dir)

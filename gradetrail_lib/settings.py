@@ -21,9 +21,10 @@ DEFAULT_WORKERS = 2
 
 @dataclass(frozen=True)
 class Settings:
-    # The one DuckDB file of the project: response cache (and, under Dagster, the
-    # tables); relative to the working directory.
-    database: Path = DEFAULT_DATABASE
+    # Where the response cache is: the project's DuckDB file (response cache and, under
+    # Dagster, the tables; relative to the working directory), or a postgresql:// URL
+    # (`gradetrail_lib.cache.location`). Text, since a URL is no path.
+    database: str = str(DEFAULT_DATABASE)
     # Where run directories go.
     results: Path = Path("results")
     # Where requests are sent from: "local" (this process) or "ray".

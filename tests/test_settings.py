@@ -8,7 +8,7 @@ import pytest
 
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from gradetrail_lib import cli
-from gradetrail_lib.settings import DEFAULTS, ENVIRONMENT, Settings, cli_settings
+from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings, cli_settings
 
 
 def test_every_setting_has_a_variable() -> None:
@@ -34,7 +34,7 @@ def test_the_environment_sets_each_setting_with_its_type() -> None:
         "GRADETRAIL_BATCH_POLL_MAX_S": "2",
     }
     assert Settings.from_environment(env) == Settings(
-        database=Path("c.duckdb"),
+        database="c.duckdb",
         results=Path("out"),
         backend="ray",
         concurrency="auto",
@@ -54,6 +54,9 @@ def test_the_environment_sets_each_setting_with_its_type() -> None:
     assert Settings.from_environment({"RAY_ADDRESS": "", "GRADETRAIL_CACHE": ""}) == DEFAULTS
     only = Settings.from_environment(env, only=("results",))
     assert only == Settings(results=Path("out"))
+    # A cache location is text: a URL's `//` survives (a Path would fold it to one `/`).
+    url = "postgresql://u@db.example:5432/evals"
+    assert Settings.from_environment({"GRADETRAIL_CACHE": url}).database == url
 
 
 def test_the_resource_has_every_setting_with_its_default() -> None:
@@ -80,25 +83,24 @@ def test_dagster_reads_every_variable(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_cli_reads_cache_results_backend_and_batch_only(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("GRADETRAIL_CACHE", str(tmp_path / "c.duckdb"))
+    cache = str(tmp_path / "c.duckdb")
+    monkeypatch.setenv("GRADETRAIL_CACHE", cache)
     monkeypatch.setenv("GRADETRAIL_RESULTS", str(tmp_path / "out"))
     monkeypatch.setenv("GRADETRAIL_BACKEND", "ray")
     monkeypatch.setenv("GRADETRAIL_CONCURRENCY", "auto")  # Dagster's only
     monkeypatch.setenv("GRADETRAIL_MAX_CONCURRENCY", "not a number")  # Dagster's only
-    assert cli_settings() == Settings(
-        database=tmp_path / "c.duckdb", results=tmp_path / "out", backend="ray"
-    )
+    assert cli_settings() == Settings(database=cache, results=tmp_path / "out", backend="ray")
     args = cli.build_parser().parse_args(["run", "spec.yaml"])
     assert (args.cache, args.results, args.backend) == (
-        tmp_path / "c.duckdb",
+        cache,
         tmp_path / "out",
         "ray",
     )
     assert (args.concurrency, args.max_concurrency, args.workers) == ("8", 64, None)
-    assert cli.build_parser().parse_args(["plan", "spec.yaml"]).cache == tmp_path / "c.duckdb"
+    assert cli.build_parser().parse_args(["plan", "spec.yaml"]).cache == cache
     assert cli.build_parser().parse_args(["list"]).root == tmp_path / "out"
     assert cli.build_parser().parse_args(["view"]).root == tmp_path / "out"
-    assert cli.build_parser().parse_args(["batches"]).cache == tmp_path / "c.duckdb"
+    assert cli.build_parser().parse_args(["batches"]).cache == cache
 
 
 def test_the_cli_reads_the_batch_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,3 +114,22 @@ def test_the_cli_reads_the_batch_variables(monkeypatch: pytest.MonkeyPatch) -> N
         ["run", "s.yaml", "--batch", "targets", "--batch-timeout", "2h"]
     )
     assert (args.batch, args.batch_timeout) == ("targets", 7200.0)
+
+
+def test_the_resource_opens_the_cache_its_database_names(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    from gradetrail_lib.cache.postgres import PostgresCache, close_pools
+    from gradetrail_lib.cache.responses import ResponseCache
+
+    assert isinstance(GradetrailResource(database=postgres_url).cache(), PostgresCache)
+    file = GradetrailResource(database=str(tmp_path / "c.duckdb")).cache()
+    assert isinstance(file, ResponseCache) and file.path == tmp_path / "c.duckdb"
+    close_pools()
+
+
+def test_with_a_postgres_cache_the_tables_stay_in_the_default_duckdb_file(tmp_path: Path) -> None:
+    url = "postgresql://u@db.example/evals"
+    assert GradetrailResource(database=url).tables_database() == str(DEFAULT_DATABASE)
+    here = str(tmp_path / "c.duckdb")
+    assert GradetrailResource(database=here).tables_database() == here

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gradetrail_lib.agents.workspace import SandboxedTool, Workspace, result_text
-from gradetrail_lib.cache.executions import ExecCache
+from gradetrail_lib.cache.executions import Executions
 from gradetrail_lib.config import load_function
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
@@ -73,9 +73,9 @@ class Toolbox:
             name: source for t in tools for name, source in (t.case_files or {}).items()
         }
         # Set by the run (`use_exec_cache`); None runs every call (`--no-exec-cache`).
-        self.exec_cache: ExecCache | None = None
+        self.exec_cache: Executions | None = None
 
-    def use_exec_cache(self, cache: ExecCache | None) -> None:
+    def use_exec_cache(self, cache: Executions | None) -> None:
         self.exec_cache = cache
 
     def check(self, sample: Sample, dataset_path: str) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradetrail_lib.cache.executions import ExecCache, execution_key
+from gradetrail_lib.cache.executions import Executions, execution_key
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.sandbox import LANGUAGES, Execution, Language, Limits, SandboxMode
 from gradetrail_lib.sandbox.run import UNPRIVILEGED, run_program
@@ -93,7 +93,7 @@ class Workspace:
     case's files in it, and removed by `close`."""
 
     files: dict[str, str]
-    cache: ExecCache | None
+    cache: Executions | None
     # The key of the directory's state so far (see the module's docstring).
     chain: str = ""
     path: Path | None = None

@@ -1,7 +1,10 @@
 """What the engine asks of a response cache: answers by request key, and a writer that
-stores each new answer as it arrives. Two kinds satisfy it: the DuckDB file shared by
-every run (`responses.ResponseCache`), and a run's own answers in memory
-(`memory.MemoryCache`, what a run without the file uses).
+stores each new answer as it arrives. Three kinds satisfy it: the DuckDB file shared by
+every run on a machine (`responses.ResponseCache`), a Postgres database shared by a team
+(`postgres.PostgresCache`; `location.open_cache` opens either from `--cache`), and a
+run's own answers in memory (`memory.MemoryCache`, what a run without a cache uses).
+The two kept caches also give whole rows out and take them in (`read_rows`,
+`write_rows`), the batch records (`batch_store`) and the execution cache (`exec_cache`).
 
 Either way a run sends a request key at most once: a later batch (or a judge's later
 call) finds in the cache what an earlier one sent."""

@@ -21,13 +21,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gradetrail_lib.cache.duckdb_file import open_connection
-from gradetrail_lib.cache.duckdb_rows import insert_rows
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -169,52 +169,82 @@ def _record(row: tuple[Any, ...]) -> BatchRecord:
 
 
 class BatchStore:
-    """The batches of the cache file at `path` (the tables are made on first use)."""
+    """The batches of the cache file at `path` (the tables are made on first use).
+
+    Its SQL is written once, with `?` parameters, for DuckDB and Postgres alike
+    (`postgres.PostgresBatchStore` says how it connects and how its schema differs)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Where it is, as messages name it.
+        self.where = str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open_connection(path) as connection:
+        with self._transaction() as connection:
             connection.execute(SCHEMA)
+
+    @contextmanager
+    def _connection(self, read_only: bool = False) -> Iterator[Any]:
+        """A connection for one statement (or several that need no transaction)."""
+        with open_connection(self.path, read_only=read_only) as connection:
+            yield connection
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        with open_connection(self.path) as connection:
+            connection.execute("BEGIN TRANSACTION")
+            try:
+                yield connection
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+
+    def _sql(self, text: str) -> str:
+        """`text` in the engine's parameter style (DuckDB takes `?` as written)."""
+        return text
+
+    def _serialize_claims(self, connection: Any) -> None:
+        """Makes concurrent claims take turns (a DuckDB file has one writer at a time)."""
+
+    def _run(self, connection: Any, text: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of one statement (none for a statement that returns none)."""
+        cursor = connection.execute(self._sql(text), list(params))
+        return list(cursor.fetchall()) if cursor.description is not None else []
 
     def claim(self, keys: Sequence[str], plan: Callable[[list[str]], list[NewBatch]]) -> Claim:
         """In one transaction: the recorded batches that carry some of `keys` unanswered
         (not failed, not abandoned, the key neither an error nor unrun there), and new
         claims, `plan(free keys)`, on the keys none carries."""
-        with open_connection(self.path) as connection:
-            connection.execute("BEGIN TRANSACTION")
-            try:
-                connection.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_keys (key VARCHAR)")
-                connection.execute("DELETE FROM wanted_keys")
-                insert_rows(connection, "wanted_keys", [("key", "VARCHAR")], [[k] for k in keys])
-                rows = connection.execute(
-                    f"SELECT DISTINCT b.{_COLUMNS.replace(', ', ', b.')} FROM batches b"
-                    " JOIN batch_keys k ON k.submission = b.submission"
-                    " JOIN wanted_keys w ON w.key = k.key"
-                    " WHERE k.outcome IS NULL AND b.state NOT IN ($1, $2)",
-                    list(_DONE_FOR_GOOD),
-                ).fetchall()
-                adopted = [_record(r) for r in rows]
-                carried = {
-                    r[0]
-                    for r in connection.execute(
-                        "SELECT DISTINCT k.key FROM batch_keys k"
-                        " JOIN batches b ON k.submission = b.submission"
-                        " JOIN wanted_keys w ON w.key = k.key"
-                        " WHERE k.outcome IS NULL AND b.state NOT IN ($1, $2)",
-                        list(_DONE_FOR_GOOD),
-                    ).fetchall()
-                }
-                free = [k for k in dict.fromkeys(keys) if k not in carried]
-                claimed = self._insert(connection, plan(free) if free else [])
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
+        wanted = list(dict.fromkeys(keys))
+        live = (
+            " JOIN (SELECT DISTINCT unnest(?::VARCHAR[]) AS key) w ON w.key = k.key"
+            " WHERE k.outcome IS NULL AND b.state NOT IN (?, ?)"
+        )
+        with self._transaction() as connection:
+            self._serialize_claims(connection)
+            rows = self._run(
+                connection,
+                f"SELECT DISTINCT b.{_COLUMNS.replace(', ', ', b.')} FROM batches b"
+                " JOIN batch_keys k ON k.submission = b.submission" + live,
+                [wanted, *_DONE_FOR_GOOD],
+            )
+            adopted = sorted((_record(r) for r in rows), key=lambda r: r.submission)
+            carried = {
+                r[0]
+                for r in self._run(
+                    connection,
+                    "SELECT DISTINCT k.key FROM batch_keys k"
+                    " JOIN batches b ON k.submission = b.submission" + live,
+                    [wanted, *_DONE_FOR_GOOD],
+                )
+            }
+            free = [k for k in wanted if k not in carried]
+            claimed = self._insert(connection, plan(free) if free else [])
         return Claim(adopted=adopted, claimed=claimed)
 
-    @staticmethod
-    def _insert(connection: Any, batches: list[NewBatch]) -> list[tuple[BatchRecord, list[str]]]:
+    def _insert(
+        self, connection: Any, batches: list[NewBatch]
+    ) -> list[tuple[BatchRecord, list[str]]]:
         out = []
         now, owner = time.time(), owner_id()
         for batch in batches:
@@ -236,7 +266,8 @@ class BatchStore:
                 updated_at=now,
                 read_at=None,
             )
-            connection.execute(
+            self._run(
+                connection,
                 f"INSERT INTO batches ({_COLUMNS}) VALUES"
                 " (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, 0, ?, ?, ?, NULL)",
                 [
@@ -245,91 +276,83 @@ class BatchStore:
                     CLAIMED, record.total, owner, now, now,
                 ],
             )  # fmt: skip
-            insert_rows(
+            self._run(
                 connection,
-                "batch_keys",
-                [("submission", "VARCHAR"), ("key", "VARCHAR")],
-                [[record.submission, key] for key in batch.keys],
+                "INSERT INTO batch_keys (submission, key) SELECT ?, unnest(?::VARCHAR[])",
+                [record.submission, list(batch.keys)],
             )
             out.append((record, list(batch.keys)))
         return out
 
+    def _write(self, text: str, params: Sequence[Any]) -> None:
+        with self._connection() as connection:
+            self._run(connection, text, params)
+
     def submitted(self, submission: str, batch_id: str) -> None:
         """The provider took the claim's batch: its id, recorded before any poll."""
-        with open_connection(self.path) as connection:
-            connection.execute(
-                "UPDATE batches SET batch_id = ?, state = 'running', updated_at = ?"
-                " WHERE submission = ?",
-                [batch_id, time.time(), submission],
-            )
+        self._write(
+            "UPDATE batches SET batch_id = ?, state = 'running', updated_at = ?"
+            " WHERE submission = ?",
+            [batch_id, time.time(), submission],
+        )
 
     def update(self, submission: str, *, state: str, total: int, done: int, failed: int) -> None:
-        with open_connection(self.path) as connection:
-            connection.execute(
-                "UPDATE batches SET state = ?, total = ?, done = ?, failed = ?, updated_at = ?"
-                " WHERE submission = ?",
-                [state, total, done, failed, time.time(), submission],
-            )
+        self._write(
+            "UPDATE batches SET state = ?, total = ?, done = ?, failed = ?, updated_at = ?"
+            " WHERE submission = ?",
+            [state, total, done, failed, time.time(), submission],
+        )
 
     def abandon(self, submission: str) -> None:
         """The claim never reached the provider: its keys are free for another."""
-        with open_connection(self.path) as connection:
-            connection.execute(
-                "UPDATE batches SET state = ?, updated_at = ? WHERE submission = ?",
-                [ABANDONED, time.time(), submission],
-            )
+        self._write(
+            "UPDATE batches SET state = ?, updated_at = ? WHERE submission = ?",
+            [ABANDONED, time.time(), submission],
+        )
 
     def read(self, submission: str, outcomes: dict[str, str]) -> None:
         """The batch's results were read: `outcomes` are its keys that got no answer
         (ERROR, NOT_RUN), which a later run sends again."""
-        with open_connection(self.path) as connection:
-            connection.execute("BEGIN TRANSACTION")
+        with self._transaction() as connection:
             for outcome in (ERROR, NOT_RUN):
                 keys = [k for k, v in outcomes.items() if v == outcome]
                 if keys:
-                    connection.execute(
-                        "UPDATE batch_keys SET outcome = $1 WHERE submission = $2"
-                        " AND key IN (SELECT unnest($3::VARCHAR[]))",
+                    self._run(
+                        connection,
+                        "UPDATE batch_keys SET outcome = ? WHERE submission = ?"
+                        " AND key IN (SELECT unnest(?::VARCHAR[]))",
                         [outcome, submission, keys],
                     )
-            connection.execute(
-                "UPDATE batches SET read_at = ? WHERE submission = ?", [time.time(), submission]
+            self._run(
+                connection,
+                "UPDATE batches SET read_at = ? WHERE submission = ?",
+                [time.time(), submission],
             )
-            connection.execute("COMMIT")
+
+    def _rows(self, text: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._connection(read_only=True) as connection:
+            return self._run(connection, text, params)
 
     def get(self, submission: str) -> BatchRecord | None:
-        with open_connection(self.path, read_only=True) as connection:
-            row = connection.execute(
-                f"SELECT {_COLUMNS} FROM batches WHERE submission = ?", [submission]
-            ).fetchone()
-        return _record(row) if row else None
+        rows = self._rows(f"SELECT {_COLUMNS} FROM batches WHERE submission = ?", [submission])
+        return _record(rows[0]) if rows else None
 
     def find(self, batch_id: str) -> BatchRecord | None:
         """The batch of that provider id (or submission id)."""
-        with open_connection(self.path, read_only=True) as connection:
-            row = connection.execute(
-                f"SELECT {_COLUMNS} FROM batches WHERE batch_id = $1 OR submission = $1",
-                [batch_id],
-            ).fetchone()
-        return _record(row) if row else None
+        rows = self._rows(
+            f"SELECT {_COLUMNS} FROM batches WHERE batch_id = ? OR submission = ?",
+            [batch_id, batch_id],
+        )
+        return _record(rows[0]) if rows else None
 
     def all(self) -> list[BatchRecord]:
-        with open_connection(self.path, read_only=True) as connection:
-            rows = connection.execute(
-                f"SELECT {_COLUMNS} FROM batches ORDER BY claimed_at, submission"
-            ).fetchall()
+        rows = self._rows(f"SELECT {_COLUMNS} FROM batches ORDER BY claimed_at, submission")
         return [_record(r) for r in rows]
 
     def keys(self, submission: str) -> list[str]:
-        with open_connection(self.path, read_only=True) as connection:
-            rows = connection.execute(
-                "SELECT key FROM batch_keys WHERE submission = ?", [submission]
-            ).fetchall()
+        rows = self._rows("SELECT key FROM batch_keys WHERE submission = ?", [submission])
         return [r[0] for r in rows]
 
     def batch_ids(self) -> frozenset[str]:
-        with open_connection(self.path, read_only=True) as connection:
-            rows = connection.execute(
-                "SELECT batch_id FROM batches WHERE batch_id IS NOT NULL"
-            ).fetchall()
+        rows = self._rows("SELECT batch_id FROM batches WHERE batch_id IS NOT NULL")
         return frozenset(r[0] for r in rows)

@@ -9,7 +9,7 @@ import sqlite3
 import threading
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gradetrail_lib.hashing import hash_json
 from gradetrail_lib.sandbox import Execution, Language, Limits
@@ -27,6 +27,15 @@ def execution_key(program: str, harness: str, language: Language, limits: Limits
             "sandbox": mode,
         }
     )
+
+
+class Executions(Protocol):
+    """What the code scorer asks of an execution cache: this SQLite file, or the Postgres
+    cache's table (`postgres.PostgresExecCache`)."""
+
+    def get(self, key: str) -> Execution | None: ...
+
+    def put(self, key: str, execution: Execution) -> None: ...
 
 
 def exec_cache_path(response_cache: Path) -> Path:
@@ -52,9 +61,11 @@ class ExecCache:
 
     def get(self, key: str) -> Execution | None:
         with self._lock:
-            row = self._open().execute(
-                "SELECT value FROM executions WHERE key = ?", (key,)
-            ).fetchone()
+            row = (
+                self._open()
+                .execute("SELECT value FROM executions WHERE key = ?", (key,))
+                .fetchone()
+            )
         if row is None:
             return None
         fields: dict[str, Any] = json.loads(row[0])

@@ -9,28 +9,24 @@ row of each key. A PRIMARY KEY index made the file several times larger and ever
 transaction cost more CPU, growing with the file (docs/performance.md); two rows of one key
 only arise when two processes pay for the same request at once (both are kept).
 
-Responses are written by a background thread. A write transaction costs about the same CPU
-whatever its size, so the writer waits for a pause in arrivals (`QUIET_S`) and puts
-everything that arrived in one transaction, but never holds a response longer than
-`MAX_DELAY_S`: a killed run loses what was in flight and at most that much of what had
-arrived. (Writing each burst piecemeal took as much CPU as sending it, on a 2-core
-machine, while the requests of the next round waited.)
+Responses are written by a background thread, one transaction per burst of arrivals
+(`bursts.CacheWriter`, which the Postgres cache uses too).
 """
 
 import json
-import queue
-import threading
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gradetrail_lib.cache.batches import BatchStore
+from gradetrail_lib.cache.bursts import CacheWriter
 from gradetrail_lib.cache.duckdb_file import open_connection
 from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
-from gradetrail_lib.errors import GradetrailError
+from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
-from gradetrail_lib.settings import Settings
+
+__all__ = ["CacheWriter", "ResponseCache"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -68,7 +64,7 @@ USAGE_FIELDS = (
     "thinking",
 )
 
-_COLUMNS: list[Column] = [
+COLUMNS: list[Column] = [
     ("key", "VARCHAR"), ("provider", "VARCHAR"), ("model", "VARCHAR"),
     ("served_model", "VARCHAR"), ("text", "VARCHAR"), ("stop_reason", "VARCHAR"),
     ("input_tokens", "BIGINT"), ("output_tokens", "BIGINT"), ("latency_s", "DOUBLE"),
@@ -94,7 +90,7 @@ def _key_list(keys: Sequence[str]) -> str:
     return joined
 
 
-def _response_of(row: tuple[Any, ...]) -> ModelResponse:
+def response_of(row: Sequence[Any]) -> ModelResponse:
     """A lookup's row as a response. Positional: a cached run makes one per sample, and
     keywords cost a third more."""
     _key, text, served, stop, tokens_in, tokens_out, latency, attempts, tool_calls, usage = row
@@ -119,27 +115,59 @@ def usage_json(response: ModelResponse) -> str | None:
     return json.dumps(usage, ensure_ascii=False) if usage else None
 
 
-_USAGE_DEFAULTS = {
-    name: ModelResponse.__dataclass_fields__[name].default for name in USAGE_FIELDS
-}
+_USAGE_DEFAULTS = {name: ModelResponse.__dataclass_fields__[name].default for name in USAGE_FIELDS}
 
 
-QUIET_S = 0.005
-MAX_DELAY_S = 0.1
+def response_row(request: ModelRequest, response: ModelResponse) -> list[Any]:
+    """The row of a response, in the order of `COLUMNS` (both caches store this)."""
+    return [
+        request.key,
+        request.endpoint.provider,
+        request.endpoint.model,
+        response.served_model,
+        response.text,
+        response.stop_reason,
+        response.input_tokens,
+        response.output_tokens,
+        response.latency_s,
+        response.attempts,
+        json.dumps(response.raw, ensure_ascii=False),
+        json.dumps(response.tool_calls, ensure_ascii=False) if response.tool_calls else None,
+        usage_json(response),
+    ]
 
 
-def default_cache_path() -> Path:
-    """The one DuckDB file of the project: response cache (and, under Dagster, the tables).
+def rows_by_key(keys: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """`rows` (in `COLUMNS` order, latest first) as one dict each per key, the earliest
+    of a key, in the order of `keys`."""
+    names = [name for name, _ in COLUMNS]
+    found = {row[0]: dict(zip(names, row, strict=True)) for row in rows}
+    return [found[key] for key in dict.fromkeys(keys) if key in found]
 
-    GRADETRAIL_CACHE overrides it (`gradetrail_lib.settings`); the default is relative to
-    the working directory.
-    """
-    return Settings.from_environment(only=("database",)).database
+
+def new_rows(rows: Sequence[Mapping[str, Any]], held: Collection[str]) -> list[list[Any]]:
+    """Of whole rows, those whose keys are neither in `held` nor earlier in `rows`, as
+    lists in `COLUMNS` order (a missing optional column is NULL)."""
+    out, seen = [], set(held)
+    for row in rows:
+        if row["key"] not in seen:
+            seen.add(row["key"])
+            out.append([row.get(name) for name, _ in COLUMNS])
+    return out
+
+
+# What a lookup reads of a row (`response_of`'s order): not the raw body.
+LOOKUP_COLUMNS = (
+    "key, text, served_model, stop_reason, input_tokens, output_tokens, latency_s, attempts,"
+    " tool_calls, usage"
+)
 
 
 class ResponseCache:
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Where it is, as messages name it.
+        self.where = str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open_connection(path) as connection:
             connection.execute(SCHEMA.format(table="responses"))
@@ -173,33 +201,51 @@ class ResponseCache:
                 " ORDER BY r.created_at DESC",
                 {"keys": _key_list(keys)},
             ).fetchall()
-        return {row[0]: _response_of(row) for row in rows}
+        return {row[0]: response_of(row) for row in rows}
 
     def put_many(self, items: Sequence[tuple[ModelRequest, ModelResponse]]) -> None:
         if not items:
             return
-        rows: list[list[Any]] = [
-            [
-                request.key,
-                request.endpoint.provider,
-                request.endpoint.model,
-                response.served_model,
-                response.text,
-                response.stop_reason,
-                response.input_tokens,
-                response.output_tokens,
-                response.latency_s,
-                response.attempts,
-                json.dumps(response.raw, ensure_ascii=False),
-                json.dumps(response.tool_calls, ensure_ascii=False)
-                if response.tool_calls
-                else None,
-                usage_json(response),
-            ]
-            for request, response in items
-        ]
+        rows = [response_row(request, response) for request, response in items]
         with open_connection(self.path) as connection:
-            insert_rows(connection, "responses", _COLUMNS, rows)
+            insert_rows(connection, "responses", COLUMNS, rows)
+
+    def read_rows(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The whole stored rows of `keys` (the raw body too: what moves a cache's answers
+        elsewhere), one per key stored, by `COLUMNS` name, in the order of `keys`."""
+        if not keys:
+            return []
+        names = ", ".join(f"r.{name}" for name, _ in COLUMNS)
+        with open_connection(self.path, read_only=True) as connection:
+            rows = connection.execute(
+                f"SELECT {names} FROM responses r JOIN ({_KEYS_TABLE}) wanted"
+                " ON r.key = wanted.key ORDER BY r.created_at DESC",
+                {"keys": _key_list(keys)},
+            ).fetchall()
+        return rows_by_key(keys, rows)
+
+    def write_rows(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Stores whole rows (`read_rows`'s) whose keys are not stored yet, in one
+        transaction; returns how many it added."""
+        with open_connection(self.path) as connection:
+            connection.execute("BEGIN TRANSACTION")
+            try:
+                wanted = [str(row["key"]) for row in rows]
+                held = {
+                    found[0]
+                    for found in connection.execute(
+                        f"SELECT DISTINCT r.key FROM responses r JOIN ({_KEYS_TABLE}) w"
+                        " ON r.key = w.key",
+                        {"keys": _key_list(wanted)},
+                    ).fetchall()
+                } if wanted else set()
+                new = new_rows(rows, held)
+                insert_rows(connection, "responses", COLUMNS, new)
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+        return len(new)
 
     def count(self) -> int:
         """Distinct request keys cached."""
@@ -208,88 +254,20 @@ class ResponseCache:
         return int(row[0]) if row else 0
 
     @contextmanager
-    def writer(self) -> Iterator["CacheWriter"]:
+    def writer(self) -> Iterator[CacheWriter]:
         writer = CacheWriter(self)
         try:
             yield writer
         finally:
             writer.close()
 
+    def batch_store(self) -> BatchStore:
+        """The provider batches recorded beside the responses (`run --batch`)."""
+        return BatchStore(self.path)
 
-_STOP = object()
-
-
-class CacheWriter:
-    """Writes responses from a background thread, one transaction per burst of arrivals."""
-
-    def __init__(
-        self, cache: ResponseCache, quiet_s: float = QUIET_S, max_delay_s: float = MAX_DELAY_S
-    ) -> None:
-        self._cache = cache
-        self._quiet_s = quiet_s
-        self._max_delay_s = max_delay_s
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._error: BaseException | None = None
-        self._finished = False
-        self._finishing = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="cache-writer", daemon=True)
-        self._thread.start()
-
-    def put(self, request: ModelRequest, response: ModelResponse) -> None:
-        if self._error is not None:
-            raise GradetrailError(f"cache writer failed: {self._error}")
-        self._queue.put((request, response))
-
-    def _loop(self) -> None:
-        stopping = False
-        while not stopping:
-            batch, stopping = self._next_batch()
-            if batch and self._error is None:
-                try:
-                    self._cache.put_many(batch)
-                except BaseException as exc:  # reported by close(); the thread must not die
-                    self._error = exc
-
-    def _next_batch(self) -> tuple[list[Any], bool]:
-        """What arrives until a pause of `quiet_s`, at most `max_delay_s` after the first;
-        and whether finish() was called (which ends the wait at once).
-
-        The writer sleeps through a burst and then takes what came, rather than waiting
-        on the queue item by item: a wake-up per response made the sending thread hand
-        over the GIL once per response, on the critical path of every request."""
-        first = self._queue.get()
-        deadline = time.monotonic() + self._max_delay_s
-        batch = [first]
-        while batch[-1] is not _STOP:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return batch, False
-            self._finishing.wait(min(self._quiet_s, left))
-            arrived = self._drain()
-            if not arrived:
-                return batch, False
-            batch.extend(arrived)
-        return [item for item in batch if item is not _STOP], True
-
-    def _drain(self) -> list[Any]:
-        items = []
-        with suppress(queue.Empty):
-            while True:
-                items.append(self._queue.get_nowait())
-        return items
-
-    def finish(self) -> None:
-        """No more responses will come: write what is queued without waiting for a pause."""
-        if not self._finished:
-            self._finished = True
-            self._queue.put(_STOP)
-            self._finishing.set()
-
-    def close(self) -> None:
-        self.finish()
-        self._thread.join()
-        if self._error is not None:
-            raise GradetrailError(f"cache writer failed: {self._error}") from self._error
+    def exec_cache(self) -> ExecCache:
+        """The code scorer's executions: a SQLite file beside the DuckDB file."""
+        return ExecCache(exec_cache_path(self.path))
 
 
 def _drop_key_constraint(connection: Any) -> None:
@@ -302,7 +280,7 @@ def _drop_key_constraint(connection: Any) -> None:
     try:
         connection.execute(SCHEMA.format(table="responses_log"))
         # The keyed format predates tool calls and usage: its columns, by name.
-        old = [name for name, _ in _COLUMNS if name not in ("tool_calls", "usage")]
+        old = [name for name, _ in COLUMNS if name not in ("tool_calls", "usage")]
         columns = ", ".join([*old, "created_at"])
         connection.execute(f"INSERT INTO responses_log ({columns}) SELECT {columns} FROM responses")
         connection.execute("DROP TABLE responses")

@@ -5,35 +5,34 @@ the cancel is read by the next run; the rest is sent again)."""
 import argparse
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 from gradetrail_lib.cache.batches import BatchRecord, BatchStore
+from gradetrail_lib.cache.location import existing_cache
+from gradetrail_lib.commands.options import add_cache_option
 from gradetrail_lib.engine.batch_send import cancel_batch
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 EXIT_OK = 0
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    settings = cli_settings()
     parser = commands.add_parser(
         "batches", help="the provider batches recorded in the cache (run --batch), or cancel one"
     )
-    cache_help = f"response cache file (env GRADETRAIL_CACHE; default {DEFAULTS.database})"
-    parser.add_argument("--cache", type=Path, default=settings.database, help=cache_help)
+    add_cache_option(parser, "the cache the batches are recorded in")
     parser.set_defaults(handler=list_command)
     actions = parser.add_subparsers(dest="action")
     cancel = actions.add_parser("cancel", help="cancel a recorded batch by its id")
     cancel.add_argument("batch_id", metavar="ID", help="the provider's batch id")
-    cancel.add_argument("--cache", type=Path, default=settings.database, help=cache_help)
+    add_cache_option(cancel, "the cache the batches are recorded in")
     cancel.set_defaults(handler=cancel_command)
 
 
-def _store(path: Path) -> BatchStore:
-    if not path.exists():  # nothing is created for a mistyped path
-        raise UsageError(f"{path}: no cache file here")
-    return BatchStore(path)
+def _store(location: str) -> BatchStore:
+    cache = existing_cache(location)
+    if cache is None:  # nothing is created for a mistyped path
+        raise UsageError(f"{location}: no cache file here")
+    return cache.batch_store()
 
 
 def _when(epoch: float) -> str:

@@ -1,4 +1,4 @@
-"""Options shared by the commands that compute statistics."""
+"""Options shared by several commands: the statistics' and the cache location."""
 
 import argparse
 
@@ -7,6 +7,7 @@ from gradetrail_lib.results.defaults import (
     DEFAULT_THRESHOLD,
     PROPORTION_METHODS,
 )
+from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 
 def fraction(text: str) -> float:
@@ -65,4 +66,18 @@ def add_pass_threshold(parser: argparse.ArgumentParser) -> None:
         type=non_negative,
         default=DEFAULT_THRESHOLD,
         help=f"a sample passes when its score is at least this (default {DEFAULT_THRESHOLD:g})",
+    )
+
+
+def add_cache_option(
+    parser: argparse.ArgumentParser, help_prefix: str = "the response cache"
+) -> None:
+    """`--cache PATH|URL`: a DuckDB file or a postgresql:// URL, read as text (a URL is no
+    path) and opened by `gradetrail_lib.cache.location`, which refuses other schemes."""
+    parser.add_argument(
+        "--cache",
+        default=cli_settings().database,
+        metavar="PATH|URL",
+        help=f"{help_prefix}: a DuckDB file or a postgresql://user@host/db URL "
+        f"(env GRADETRAIL_CACHE; default {DEFAULTS.database})",
     )

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from gradetrail_lib.analysis.sample_size import samples_needed
 from gradetrail_lib.analysis.stats.power import DEFAULT_POWER
-from gradetrail_lib.cache.responses import ResponseCache
-from gradetrail_lib.commands.options import confidence_level
+from gradetrail_lib.cache.location import existing_cache
+from gradetrail_lib.commands.options import add_cache_option, confidence_level
 from gradetrail_lib.engine.estimate import ModelPlan, estimate_run, format_plan, total_worst_case
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.providers.pricing import format_usd, load_prices
@@ -33,12 +33,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     parser.add_argument(
         "--repeats", type=int, default=None, help="each sample N times (default: the spec's)"
     )
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=cli_settings().database,
-        help=f"response cache file (env GRADETRAIL_CACHE; default {DEFAULTS.database})",
-    )
+    add_cache_option(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     power = parser.add_argument_group(
         "samples needed", "with --detect: the samples a paired comparison needs, not the cost"
@@ -79,9 +74,8 @@ def plan_command(args: argparse.Namespace) -> int:
     spec = loaded.spec
     models = [spec.model_named(args.model)] if args.model else list(spec.models)
     plans = [plan(loaded, m) for m in models]
-    path: Path = args.cache
-    # A cache that does not exist yet is empty; opening it would create the file.
-    cache = ResponseCache(path) if path.exists() else None
+    # A cache file that does not exist yet is empty; opening it would create the file.
+    cache = existing_cache(args.cache)
     prices = load_prices()
     estimates: list[ModelPlan] = [estimate_run(p, cache, prices) for p in plans]
     worst = total_worst_case(estimates)

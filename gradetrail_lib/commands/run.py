@@ -16,8 +16,9 @@ from gradetrail_lib.analysis.calibration import summary_lines
 from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache.base import Cache
-from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.cache.location import open_cache, parse_location
 from gradetrail_lib.commands.clock import since_start
+from gradetrail_lib.commands.options import add_cache_option
 from gradetrail_lib.commands.progress import ProgressBar
 from gradetrail_lib.engine.batch_send import BATCH_MODES, BatchOptions, parse_batch_mode
 from gradetrail_lib.engine.estimate import check_max_cost, estimate_run, sent_by_batch
@@ -97,12 +98,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         default=settings.results,
         help=f"where run directories go (env GRADETRAIL_RESULTS; default ./{DEFAULTS.results})",
     )
-    run.add_argument(
-        "--cache",
-        type=Path,
-        default=settings.database,
-        help=f"response cache file (env GRADETRAIL_CACHE; default {DEFAULTS.database})",
-    )
+    add_cache_option(run)
     run.add_argument(
         "--no-cache",
         action="store_true",
@@ -183,7 +179,7 @@ def run_command(args: argparse.Namespace) -> int:
             "--batch needs the cache file (it records the batches, so that a run killed "
             "while they run never pays for them twice): drop --no-cache"
         )
-    cache = None if args.no_cache else ResponseCache(args.cache)
+    cache = None if args.no_cache else open_cache(args.cache)
     if args.max_cost is not None:  # before any call
         estimates = [estimate_run(p, cache, load_prices()) for job in jobs for p in job.plans]
         # At the price of the way the run will send each role's misses.
@@ -207,6 +203,11 @@ def run_command(args: argparse.Namespace) -> int:
         )
         print(f"Specs: {len(jobs)}; exit status {worst}, the worst of ({each})", file=out)
     return worst
+
+
+def cache_where(args: argparse.Namespace) -> str:
+    """`--cache` as a message may name it: a URL's password left out."""
+    return parse_location(args.cache).where
 
 
 def _note(line: str) -> None:
@@ -308,7 +309,7 @@ def _run_spec(
                 replace(cli_settings(), batch_timeout_s=args.batch_timeout),
                 notify=_note,
                 resume_hint=f"run the same command again to resume them "
-                f"(`gradetrail batches --cache {args.cache}` lists them)",
+                f"(`gradetrail batches --cache {cache_where(args)}` lists them)",
             ),
         )
         done = run_model(eval_plan, cache, backend, args.results, options)

@@ -583,7 +583,7 @@ def cancel_batch(
     """Cancels a recorded batch (by its provider id or submission id)."""
     record = store.find(batch_id)
     if record is None:
-        raise UsageError(f"no recorded batch {batch_id!r} in {store.path}")
+        raise UsageError(f"no recorded batch {batch_id!r} in {store.where}")
     if record.batch_id is None:
         raise UsageError(f"batch {batch_id}: never submitted (state {record.state})")
     api = registry.batch_api(record.provider)

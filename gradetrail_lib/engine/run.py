@@ -17,10 +17,11 @@ from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
-from gradetrail_lib.cache.batches import BatchStore
-from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
+from gradetrail_lib.cache.executions import Executions
+from gradetrail_lib.cache.location import default_cache_location, open_cache
 from gradetrail_lib.cache.memory import MemoryCache
-from gradetrail_lib.cache.responses import ResponseCache, default_cache_path
+from gradetrail_lib.cache.postgres import PostgresCache
+from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.batch_send import (
     BatchMode,
     BatchOptions,
@@ -173,21 +174,22 @@ def batch_backends(
     cache: Cache | None, backend: Backend, mode: BatchMode, options: BatchOptions
 ) -> tuple[Backend, Backend]:
     """The backends of the targets and of the scorers' calls: `backend` itself, or with
-    `mode` on a sender by batch around it, its batches recorded in the cache file (which
-    is why batch needs the cache file: without it a killed run would pay again)."""
+    `mode` on a sender by batch around it, its batches recorded in the cache (file or
+    Postgres: which is why batch needs the cache: without it a killed run would pay
+    again)."""
     if mode == "off":
         return backend, backend
-    if not isinstance(cache, ResponseCache):
+    if not isinstance(cache, ResponseCache | PostgresCache):
         raise UsageError("--batch needs the cache file (it records the batches): drop --no-cache")
-    return batching(backend, BatchStore(cache.path), mode, options)
+    return batching(backend, cache.batch_store(), mode, options)
 
 
 def attach_exec_cache(plan: RunPlan, cache: Cache | None, enabled: bool) -> None:
     """Give each scorer that runs programs, and an agent's builtin tools, the execution
-    cache beside the response cache file (none without a cache file, or with
-    `--no-exec-cache`)."""
-    path = getattr(cache, "path", None)
-    exec_cache = ExecCache(exec_cache_path(path)) if enabled and isinstance(path, Path) else None
+    cache of the response cache (none without one, or with `--no-exec-cache`)."""
+    exec_cache: Executions | None = None
+    if enabled and isinstance(cache, ResponseCache | PostgresCache):
+        exec_cache = cache.exec_cache()
     for scorer in plan.scorers:
         use = getattr(scorer, "use_exec_cache", None)
         if use is not None:
@@ -544,7 +546,7 @@ def run_spec(
     sender = build_backend(backend, concurrency=concurrency)
     response_cache = None  # not read, so not written either: each run holds its own answers
     if read_cache:
-        response_cache = ResponseCache(Path(cache) if cache else default_cache_path())
+        response_cache = open_cache(cache if cache else default_cache_location())
     done = []
     with sender.session():
         for job in planned:

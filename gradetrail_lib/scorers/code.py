@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from gradetrail_lib.cache.executions import ExecCache, execution_key
+from gradetrail_lib.cache.executions import Executions, execution_key
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers.base import Message
@@ -178,9 +178,9 @@ class CodeScorer(BaseScorer):
         self.language = LANGUAGES[config.language]()
         self.limits = Limits(timeout_s=config.timeout_s, memory_mb=config.memory_mb)
         # Set by the run (`use_exec_cache`); None runs every program (`--no-exec-cache`).
-        self.exec_cache: ExecCache | None = None
+        self.exec_cache: Executions | None = None
 
-    def use_exec_cache(self, cache: ExecCache | None) -> None:
+    def use_exec_cache(self, cache: Executions | None) -> None:
         self.exec_cache = cache
 
     def _fields(self) -> tuple[str, ...]:

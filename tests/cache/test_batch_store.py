@@ -1,12 +1,17 @@
-"""The batch tables of the cache file: a claim records the keys no live batch carries and
-adopts the batches that carry the rest; what a batch did not answer is free again."""
+"""The batch tables of the cache (DuckDB's and Postgres's): a claim records the keys no
+live batch carries and adopts the batches that carry the rest; what a batch did not
+answer is free again."""
 
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from gradetrail_lib.cache.batches import ERROR, NOT_RUN, BatchStore, NewBatch, owner_id
+from gradetrail_lib.cache.location import open_cache
+
+
+def store_at(location: str) -> BatchStore:
+    return open_cache(location).batch_store()
 
 
 def new(keys: list[str]) -> list[NewBatch]:
@@ -23,8 +28,8 @@ def new(keys: list[str]) -> list[NewBatch]:
     ]
 
 
-def test_a_claim_records_its_keys_and_a_second_claim_adopts_them(tmp_path: Path) -> None:
-    store = BatchStore(tmp_path / "c.duckdb")
+def test_a_claim_records_its_keys_and_a_second_claim_adopts_them(cache_location: str) -> None:
+    store = store_at(cache_location)
     first = store.claim(["a", "b"], new)
     assert first.adopted == [] and [keys for _, keys in first.claimed] == [["a", "b"]]
     record = first.claimed[0][0]
@@ -40,8 +45,8 @@ def test_a_claim_records_its_keys_and_a_second_claim_adopts_them(tmp_path: Path)
     assert store.batch_ids() == frozenset({"batch_1"})
 
 
-def test_keys_a_batch_did_not_answer_are_free_again(tmp_path: Path) -> None:
-    store = BatchStore(tmp_path / "c.duckdb")
+def test_keys_a_batch_did_not_answer_are_free_again(cache_location: str) -> None:
+    store = store_at(cache_location)
     [(record, _)] = store.claim(["a", "b", "c"], new).claimed
     store.submitted(record.submission, "batch_1")
     store.update(record.submission, state="expired", total=3, done=1, failed=1)
@@ -53,8 +58,8 @@ def test_keys_a_batch_did_not_answer_are_free_again(tmp_path: Path) -> None:
     assert [keys for _, keys in again.claimed] == [["b", "c"]]
 
 
-def test_an_abandoned_claim_carries_nothing(tmp_path: Path) -> None:
-    store = BatchStore(tmp_path / "c.duckdb")
+def test_an_abandoned_claim_carries_nothing(cache_location: str) -> None:
+    store = store_at(cache_location)
     [(record, _)] = store.claim(["a"], new).claimed
     store.abandon(record.submission)
     again = store.claim(["a"], new)
@@ -62,8 +67,8 @@ def test_an_abandoned_claim_carries_nothing(tmp_path: Path) -> None:
     assert [r.state for r in store.all()] == ["abandoned", "claimed"]
 
 
-def test_a_claims_owner_is_gone_once_its_process_has_ended(tmp_path: Path) -> None:
-    store = BatchStore(tmp_path / "c.duckdb")
+def test_a_claims_owner_is_gone_once_its_process_has_ended(cache_location: str) -> None:
+    store = store_at(cache_location)
     [(mine, _)] = store.claim(["a"], new).claimed
     assert not mine.owner_gone
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

@@ -1,17 +1,21 @@
-"""The response cache: an append-only log read earliest-first, written one burst at a time."""
+"""The response cache, DuckDB's and Postgres's alike (`cache_location`): the first answer
+of a key is the one read, and answers are written one burst at a time."""
 
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
+from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.cache.responses import CacheWriter, ResponseCache
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.engine.responses import look_up
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse
 from gradetrail_lib.spec.spec import load_spec
+from tests.cache.conftest import direct
 from tests.conftest import write_spec
 from tests.support.plans import whole
 
@@ -29,18 +33,21 @@ CREATE TABLE responses (
 """
 
 
-class CountingCache(ResponseCache):
-    """A cache that counts the writer's transactions (a put_many each) and what they wrote."""
+def counting(location: str) -> Any:
+    """The cache at `location`, counting the writer's transactions (a put_many each) and
+    what they wrote."""
+    cache = open_cache(location)
+    stored = cache.put_many
+    cache.transactions = 0
+    cache.written = 0
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.transactions = 0
-        self.written = 0
+    def put_many(items: Sequence[tuple[ModelRequest, ModelResponse]]) -> None:
+        stored(items)
+        cache.transactions += 1
+        cache.written += len(items)
 
-    def put_many(self, items: Sequence[tuple[ModelRequest, ModelResponse]]) -> None:
-        super().put_many(items)
-        self.transactions += 1
-        self.written += len(items)
+    cache.put_many = put_many
+    return cache
 
 
 def item(key: str, text: str = "42") -> tuple[ModelRequest, ModelResponse]:
@@ -57,15 +64,15 @@ def item(key: str, text: str = "42") -> tuple[ModelRequest, ModelResponse]:
     return request, response
 
 
-def test_cached_keys_says_which_keys_are_answered_without_reading_them(tmp_path: Path) -> None:
-    cache = ResponseCache(tmp_path / "c.duckdb")
+def test_cached_keys_says_which_keys_are_answered_without_reading_them(new_cache: Any) -> None:
+    cache = new_cache
     assert cache.cached_keys(["a"]) == set() and cache.cached_keys([]) == set()
     cache.put_many([item("a", "1"), item("b", "2"), item("a", "again")])
     assert cache.cached_keys(["a", "b", "c", "a"]) == {"a", "b"}
 
 
-def test_lookup_returns_what_was_put(tmp_path: Path) -> None:
-    cache = ResponseCache(tmp_path / "c.duckdb")
+def test_lookup_returns_what_was_put(new_cache: Any) -> None:
+    cache = new_cache
     cache.put_many([item("a", "1"), item("b", "2")])
     found = cache.lookup(["a", "b", "c"])
     assert {k: r.text for k, r in found.items()} == {"a": "1", "b": "2"}
@@ -73,15 +80,16 @@ def test_lookup_returns_what_was_put(tmp_path: Path) -> None:
     assert found["a"].raw == {}  # the raw body stays in the file
 
 
-def test_two_rows_of_one_key_read_as_the_earliest(tmp_path: Path) -> None:
-    cache = ResponseCache(tmp_path / "c.duckdb")
+def test_a_second_answer_of_one_key_reads_as_the_first(cache_location: str) -> None:
+    cache = open_cache(cache_location)
     cache.put_many([item("a", "first")])
     time.sleep(0.01)  # created_at is the transaction's start time
     cache.put_many([item("a", "second")])
     assert cache.lookup(["a"])["a"].text == "first"
     assert cache.count() == 1
-    with duckdb.connect(str(tmp_path / "c.duckdb")) as direct:
-        assert direct.execute("SELECT count(*) FROM responses").fetchone() == (2,)
+    # The DuckDB log keeps both rows; Postgres's key stores the first only.
+    rows = direct(cache_location, "SELECT count(*) FROM responses")
+    assert rows == ([(2,)] if cache_location.endswith(".duckdb") else [(1,)])
 
 
 def test_a_keyed_file_is_rewritten_as_the_log_with_its_rows(tmp_path: Path) -> None:
@@ -108,8 +116,8 @@ def test_a_keyed_file_is_rewritten_as_the_log_with_its_rows(tmp_path: Path) -> N
     assert cache.count() == 2
 
 
-def test_a_burst_goes_in_one_transaction(tmp_path: Path) -> None:
-    cache = CountingCache(tmp_path / "c.duckdb")
+def test_a_burst_goes_in_one_transaction(cache_location: str) -> None:
+    cache = counting(cache_location)
     with cache.writer() as writer:
         for i in range(64):
             writer.put(*item(f"k{i}"))
@@ -120,8 +128,8 @@ def test_a_burst_goes_in_one_transaction(tmp_path: Path) -> None:
     assert cache.count() == 64
 
 
-def test_a_steady_stream_is_written_at_least_every_max_delay(tmp_path: Path) -> None:
-    cache = CountingCache(tmp_path / "c.duckdb")
+def test_a_steady_stream_is_written_at_least_every_max_delay(cache_location: str) -> None:
+    cache = counting(cache_location)
     seen_while_running: list[int] = []
     with cache.writer() as writer:
         started = time.monotonic()
@@ -137,7 +145,7 @@ def test_a_steady_stream_is_written_at_least_every_max_delay(tmp_path: Path) -> 
     assert seen_while_running[0] > 0  # written during the stream, not only at the end
 
 
-def test_the_writer_takes_a_stream_per_pause_not_per_response(tmp_path: Path) -> None:
+def test_the_writer_takes_a_stream_per_pause_not_per_response(cache_location: str) -> None:
     # Each wake-up of the writer thread costs the sending thread a GIL hand-over: it
     # sleeps through arrivals and takes what came, not one response at a time.
     class CountingWriter(CacheWriter):
@@ -147,7 +155,7 @@ def test_the_writer_takes_a_stream_per_pause_not_per_response(tmp_path: Path) ->
             CountingWriter.wakeups += 1
             return super()._drain()
 
-    cache = CountingCache(tmp_path / "c.duckdb")
+    cache = counting(cache_location)
     writer = CountingWriter(cache)
     for i in range(100):
         writer.put(*item(f"k{i}"))
@@ -157,8 +165,8 @@ def test_the_writer_takes_a_stream_per_pause_not_per_response(tmp_path: Path) ->
     assert CountingWriter.wakeups < 40
 
 
-def test_close_writes_what_is_queued_without_waiting_for_a_pause(tmp_path: Path) -> None:
-    cache = ResponseCache(tmp_path / "c.duckdb")
+def test_close_writes_what_is_queued_without_waiting_for_a_pause(new_cache: Any) -> None:
+    cache = new_cache
     writer_scope = cache.writer()
     writer = writer_scope.__enter__()
     writer.put(*item("a"))
@@ -168,8 +176,8 @@ def test_close_writes_what_is_queued_without_waiting_for_a_pause(tmp_path: Path)
     assert cache.lookup(["a"])
 
 
-def test_writer_threads_and_lookups_share_the_file(tmp_path: Path) -> None:
-    cache = ResponseCache(tmp_path / "c.duckdb")
+def test_writer_threads_and_lookups_share_the_cache(new_cache: Any) -> None:
+    cache = new_cache
     errors: list[BaseException] = []
 
     def read_while_writing() -> None:
@@ -190,7 +198,7 @@ def test_writer_threads_and_lookups_share_the_file(tmp_path: Path) -> None:
 
 
 def test_look_up_of_a_plan_is_complete_only_when_every_distinct_key_is_cached(
-    tmp_path: Path,
+    tmp_path: Path, cache_location: str
 ) -> None:
     # Four samples, two of which render alike: three distinct requests.
     data = tmp_path / "data" / "add.jsonl"
@@ -203,10 +211,30 @@ def test_look_up_of_a_plan_is_complete_only_when_every_distinct_key_is_cached(
     eval_plan = whole(plan(loaded, loaded.spec.models[0]))
     keys = eval_plan.request_keys()
     assert len(keys) == 3
-    cache = ResponseCache(tmp_path / "c.duckdb")
+    cache = open_cache(cache_location)
     assert not look_up(eval_plan, cache).complete(eval_plan)
     cache.put_many([item(keys[0]), item(keys[1])])
     partial = look_up(eval_plan, cache)
     assert set(partial.responses) == {keys[0], keys[1]} and not partial.complete(eval_plan)
     cache.put_many([item(keys[2]), item(keys[0])])  # a second row of a key changes nothing
     assert look_up(eval_plan, cache).complete(eval_plan)
+
+
+def test_whole_rows_move_between_caches_and_only_new_keys_are_added(
+    cache_location: str, tmp_path: Path
+) -> None:
+    source = open_cache(tmp_path / "source.duckdb")
+    request, response = item("a", "one")
+    response.tool_calls = [{"id": "c1", "name": "add", "arguments": {"x": 1}}]
+    source.put_many([(request, response), item("b", "two")])
+    rows = source.read_rows(["b", "a", "missing"])
+    assert [row["key"] for row in rows] == ["b", "a"]
+    assert rows[1]["raw"] == '{"choices": [{"message": {"content": "one"}}]}'
+    target = open_cache(cache_location)
+    target.put_many([item("b", "kept")])
+    assert target.write_rows([*rows, rows[0]]) == 1  # "b" is held, and given twice
+    assert target.write_rows(rows) == 0
+    assert target.read_rows(["a"]) == [rows[1]]
+    found = target.lookup(["a", "b"])
+    assert (found["a"].text, found["b"].text) == ("one", "kept")
+    assert found["a"].tool_calls == response.tool_calls

@@ -1,5 +1,6 @@
-"""The response cache keeps a response's usage fields (batch, prompt-cache and reasoning
-tokens, thinking text) in one JSON column, `usage`, and reads files written before it."""
+"""The response cache (DuckDB's and Postgres's) keeps a response's usage fields (batch,
+prompt-cache and reasoning tokens, thinking text) in one JSON column, `usage`, and reads
+DuckDB files written before it."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -7,9 +8,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.cache.responses import USAGE_FIELDS, ResponseCache
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse
+from tests.cache.conftest import direct
 
 ENDPOINT = Endpoint("anthropic", "claude-haiku-4-5", "http://127.0.0.1:1", None)
 
@@ -52,10 +55,10 @@ FULL = replace(
 )
 
 
-def test_every_usage_field_round_trips(tmp_path: Path) -> None:
-    cache = ResponseCache(tmp_path / "c.duckdb")
+def test_every_usage_field_round_trips(cache_location: str) -> None:
+    cache = open_cache(cache_location)
     cache.put_many([(request("a"), FULL), (request("b"), plain("7"))])
-    found = ResponseCache(tmp_path / "c.duckdb").lookup(["a", "b"])
+    found = open_cache(cache_location).lookup(["a", "b"])
     for name in USAGE_FIELDS:
         assert getattr(found["a"], name) == getattr(FULL, name), name
     assert found["a"].batch is True
@@ -66,13 +69,11 @@ def test_every_usage_field_round_trips(tmp_path: Path) -> None:
     assert (found["a"].text, found["a"].input_tokens) == ("42", 1200)
 
 
-def test_the_usage_column_holds_only_fields_off_their_default(tmp_path: Path) -> None:
-    path = tmp_path / "c.duckdb"
-    ResponseCache(path).put_many(
+def test_the_usage_column_holds_only_fields_off_their_default(cache_location: str) -> None:
+    open_cache(cache_location).put_many(
         [(request("a"), plain()), (request("b"), replace(plain(), batch=True))]
     )
-    with duckdb.connect(str(path)) as direct:
-        rows = dict(direct.execute("SELECT key, usage FROM responses").fetchall())
+    rows = dict(direct(cache_location, "SELECT key, usage FROM responses"))
     assert rows == {"a": None, "b": '{"batch": true}'}
 
 
@@ -99,14 +100,10 @@ def test_a_file_from_before_the_usage_column_is_migrated_and_keeps_its_rows(
     assert set(cache.lookup(["old", "new"])) == {"old", "new"}
 
 
-def test_a_usage_name_from_a_later_version_is_ignored(tmp_path: Path) -> None:
-    path = tmp_path / "c.duckdb"
-    ResponseCache(path).put_many([(request("a"), plain())])
-    with duckdb.connect(str(path)) as direct:
-        direct.execute(
-            """UPDATE responses SET usage = '{"batch": true, "audio_tokens": 9}'"""
-        )
-    found = ResponseCache(path).lookup(["a"])["a"]
+def test_a_usage_name_from_a_later_version_is_ignored(cache_location: str) -> None:
+    open_cache(cache_location).put_many([(request("a"), plain())])
+    direct(cache_location, """UPDATE responses SET usage = '{"batch": true, "audio_tokens": 9}'""")
+    found = open_cache(cache_location).lookup(["a"])["a"]
     assert found.batch is True and not hasattr(found, "audio_tokens")
 
 

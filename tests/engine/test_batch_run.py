@@ -11,6 +11,7 @@ import pytest
 
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.cache.batches import BatchStore
+from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.batch_send import BatchesPending, BatchMode, BatchOptions
 from gradetrail_lib.engine.plan import plan
@@ -51,7 +52,7 @@ def run(
     )
     return run_model(
         plan(loaded, loaded.spec.models[0]),
-        ResponseCache(tmp_path / cache_name),
+        open_cache(cache_name if "://" in cache_name else tmp_path / cache_name),
         build_backend("local", concurrency=2),
         tmp_path / results,
         options,
@@ -89,6 +90,30 @@ def test_run_batch_sends_the_target_then_the_judge_by_batch_and_caches_every_ans
         (r.provider, r.state, r.done, r.total) for r in BatchStore(tmp_path / "c.duckdb").all()
     ]
     assert states == [("anthropic", "ended", N, N), ("openai", "ended", N, N)]
+
+
+def test_run_batch_on_a_postgres_cache_resubmits_only_the_unanswered_and_reruns_free(
+    tmp_path: Path, server: FakeLLMServer, postgres_url: str
+) -> None:
+    from gradetrail_lib.cache.postgres import close_pools
+
+    spec = project(tmp_path, server.base_url)
+    server.batches.expire_after = [2]  # the first batch runs 2 of its N, then expires
+    done = run(tmp_path, spec, "all", cache_name=postgres_url)
+    first, second, judge = server.batches.batches.values()
+    assert [line["custom_id"] for line in second.lines] == [
+        line["custom_id"] for line in first.lines[2:]
+    ]
+    assert len(judge.lines) == N and server.calls == 0
+    assert all(r.outcome == "scored" for r in done.records)
+    cache = open_cache(postgres_url)
+    assert cache.count() == 2 * N
+    states = [(r.provider, r.state) for r in cache.batch_store().all()]
+    assert sorted(states) == [("anthropic", "ended"), ("anthropic", "expired"), ("openai", "ended")]
+    again = run(tmp_path, spec, "all", cache_name=postgres_url, results="again")
+    assert len(server.batches.batches) == 3 and server.calls == 0
+    assert again.manifest.target.cache_hits == N and again.manifest.judge.cache_hits == N
+    close_pools()
 
 
 def test_batch_targets_sends_the_judge_the_ordinary_way(

@@ -1,0 +1,125 @@
+"""Where a cache lives: the one place a cache location (`--cache`, `GRADETRAIL_CACHE`, the
+Dagster resource's `database`) is read and opened.
+
+A location is a path (the DuckDB file; the default) or a URL of a scheme listed in
+`SCHEMES` (`postgresql://user@host:5432/db`: `postgres.PostgresCache`). Any other
+`scheme://` is refused before anything is written: a typo such as `postgressql://` or an
+engine gradetrail does not speak must not become a folder named `postgressql:` with a
+DuckDB file in it.
+
+A URL may carry a password; it never reaches a message, a log line or a file: `redact`
+gives the form that may (`where`). The password is better kept out of the URL altogether,
+in libpq's `PGPASSWORD` or `~/.pgpass`, which psycopg reads.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.errors import UsageError
+from gradetrail_lib.settings import Settings
+
+if TYPE_CHECKING:
+    from gradetrail_lib.cache.postgres import PostgresCache
+
+# The URL schemes of a cache location, and the engine of each.
+SCHEMES = {"postgresql": "postgres", "postgres": "postgres"}
+
+# `scheme://` as RFC 3986 spells a scheme; a Windows drive (`C:\...`) has no `//`.
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+# libpq's query parameters that carry a secret.
+_SECRET_PARAMS = frozenset({"password", "sslpassword"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheLocation:
+    """A parsed location: a DuckDB file (`path`) or a Postgres URL (`url`)."""
+
+    path: Path | None = None
+    url: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The location as messages name it: the path, or the URL without a password."""
+        return str(self.path) if self.path is not None else redact(self.url or "")
+
+    @property
+    def is_file(self) -> bool:
+        return self.path is not None
+
+
+def parse_location(text: str | Path) -> CacheLocation:
+    """A location from its text; raises UsageError for a scheme not in `SCHEMES`."""
+    if isinstance(text, Path):
+        return CacheLocation(path=text)
+    found = _SCHEME.match(text)
+    if found is None:
+        return CacheLocation(path=Path(text))
+    scheme = found.group(1).lower()
+    if scheme not in SCHEMES:
+        accepted = ", ".join(f"{s}://" for s in SCHEMES)
+        raise UsageError(
+            f"cache location {redact(text)!r}: unknown scheme {scheme!r}; a cache is a "
+            f"file path (DuckDB) or a URL of a known scheme ({accepted})"
+        )
+    return CacheLocation(url=text)
+
+
+def default_cache_location() -> str:
+    """`GRADETRAIL_CACHE`, else the project's DuckDB file (relative to the working
+    directory)."""
+    return Settings.from_environment(only=("database",)).database
+
+
+def open_cache(location: str | Path | CacheLocation) -> "ResponseCache | PostgresCache":
+    """The cache at `location`, its tables made on first use (nothing is created for a
+    refused location). A Postgres URL needs the `postgres` extra."""
+    parsed = location if isinstance(location, CacheLocation) else parse_location(location)
+    if parsed.path is not None:
+        return ResponseCache(parsed.path)
+    from gradetrail_lib.cache.postgres import PostgresCache
+
+    return PostgresCache(parsed.url or "", where=parsed.where)
+
+
+def existing_cache(location: str | Path) -> "ResponseCache | PostgresCache | None":
+    """The cache at `location` if there is one: a DuckDB file that exists, or a Postgres
+    database (which is reached, so a wrong URL is an error, not an empty cache). For
+    commands that only read, so that a mistyped path creates nothing."""
+    parsed = parse_location(location)
+    if parsed.path is not None and not parsed.path.exists():
+        return None
+    return open_cache(parsed)
+
+
+def password_of(url: str) -> str | None:
+    """The password a URL carries (in its user part or its query), or None."""
+    parts = urlsplit(url)
+    if parts.password:
+        return parts.password
+    for name, value in parse_qsl(parts.query):
+        if name in _SECRET_PARAMS and value:
+            return value
+    return None
+
+
+def redact(url: str) -> str:
+    """`url` with its password, if any, as `***` (user part and query alike)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, host = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(name in _SECRET_PARAMS for name, _ in pairs):
+            query = urlencode(
+                [(n, "***" if n in _SECRET_PARAMS else v) for n, v in pairs], safe="*"
+            )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
