@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from gradetrail_lib._version import __version__
 from gradetrail_lib.commands import (
     batches,
+    bundle,
     calibrate,
     compare,
     cost,
@@ -40,7 +41,8 @@ from gradetrail_lib.errors import (
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 COMMANDS = [
-    run, plan, list_runs, compare, gate, cost, report, retrieval, calibrate, labels, view, batches
+    run, plan, list_runs, compare, gate, cost, report, retrieval, calibrate, labels, view, batches,
+    bundle,
 ]
 
 
