@@ -252,19 +252,30 @@ def write_bundle(out: Path, rows: Sequence[Sequence[Any]], manifest: BundleManif
     """`rows` (in key order) and `manifest` as a sealed Parquet file at `out`, written
     beside it under a temporary name, verified as an import verifies it, and renamed into
     place (a reader never sees half a bundle, nor one that would be refused)."""
-    metadata = {MANIFEST_KEY: manifest_text(manifest), FILE_SHA_KEY: _UNSEALED.decode()}
-    kv = ", ".join(f"{name}: {_literal(value)}" for name, value in metadata.items())
     with _staged(out) as staging:
-        with _memory() as connection:
-            columns = ", ".join(f"{name} {kind}" for name, kind in COLUMNS)
-            connection.execute(f"CREATE TABLE bundle ({columns})")
-            insert_rows(connection, "bundle", COLUMNS, rows)
-            connection.execute(
-                f"COPY (SELECT * FROM bundle ORDER BY key) TO {_literal(str(staging))}"
-                f" (FORMAT parquet, COMPRESSION zstd, KV_METADATA {{{kv}}})"
-            )
-        _seal(staging)
+        write_parquet(staging, rows, manifest_text(manifest))
         read_bundle(staging)
+
+
+def write_parquet(
+    path: Path,
+    rows: Sequence[Sequence[Any]],
+    manifest: str,
+    columns: Sequence[tuple[str, str]] = COLUMNS,
+) -> None:
+    """`rows` as a Parquet file at `path` with the `manifest` text in its metadata, and
+    sealed (the file's sha256 written in), whatever they hold: `write_bundle` verifies
+    the file after; the tests make bundles whose manifests lie with it."""
+    metadata = {MANIFEST_KEY: manifest, FILE_SHA_KEY: _UNSEALED.decode()}
+    kv = ", ".join(f"{name}: {_literal(value)}" for name, value in metadata.items())
+    with _memory() as connection:
+        connection.execute(f"CREATE TABLE bundle ({_columns(columns)})")
+        insert_rows(connection, "bundle", columns, rows)
+        connection.execute(
+            f"COPY bundle TO {_literal(str(path))}"
+            f" (FORMAT parquet, COMPRESSION zstd, KV_METADATA {{{kv}}})"
+        )
+    _seal(path)
 
 
 def _seal(path: Path) -> None:
