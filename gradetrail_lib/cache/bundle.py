@@ -153,15 +153,8 @@ def collect(runs: Sequence[Run]) -> tuple[dict[str, Kind], list[BundleRun]]:
     keys: dict[str, Kind] = {}
     described = []
     for run in runs:
-        records = 0
-
-        def counted(run: Run = run) -> Iterator[TraceRecord]:
-            nonlocal records
-            for record in run:
-                records += 1
-                yield record
-
-        own = referenced_keys(counted())
+        tally = _Tally(run)
+        own = referenced_keys(tally)
         for key, kind in own.items():
             keys.setdefault(key, kind)
         described.append(
@@ -170,11 +163,24 @@ def collect(runs: Sequence[Run]) -> tuple[dict[str, Kind], list[BundleRun]]:
                 spec=run.manifest.spec.name,
                 model=run.manifest.model.requested,
                 run_dir=run.path.name if run.path is not None else "",
-                records=records,
+                records=tally.count,
                 responses=_counts(own.values()),
             )
         )
     return keys, described
+
+
+class _Tally:
+    """Records as they are read, counted (a run's are streamed, never held)."""
+
+    def __init__(self, records: Iterable[TraceRecord]) -> None:
+        self._records = records
+        self.count = 0
+
+    def __iter__(self) -> Iterator[TraceRecord]:
+        for record in self._records:
+            self.count += 1
+            yield record
 
 
 def content_sha256(rows: Iterable[Sequence[Any]]) -> str:
@@ -517,5 +523,9 @@ def import_bundle(path: Path, location: str | Path | CacheLocation) -> Imported:
     parsed = location if isinstance(location, CacheLocation) else parse_location(location)
     bundle = read_bundle(path)
     cache = open_cache(parsed)
-    added = cache.write_rows(bundle.rows)
+    # Only the rows of keys the cache lacks are sent: a bundle imported again costs one
+    # lookup rather than every row through Postgres's ON CONFLICT (write_rows still
+    # skips a key another writer stored meanwhile).
+    held = cache.cached_keys([row["key"] for row in bundle.rows])
+    added = cache.write_rows([row for row in bundle.rows if row["key"] not in held])
     return Imported(manifest=bundle.manifest, where=parsed.where, added=added)

@@ -21,6 +21,7 @@ from tests.support.eval_runs import multi_scorers, responder, run_spec, write_da
 from tests.support.fake_llm_server import FakeLLMServer
 
 CITIES = {"Paris": "sunny", "Rome": "rainy"}
+PASSWORD = "s3cret-not-shown"
 AGENT_SPEC = """name: weather
 dataset: {{path: data/weather.jsonl}}
 messages:
@@ -130,14 +131,19 @@ def test_an_imported_bundle_replays_both_runs_elsewhere_with_no_call(
     shutil.copytree(
         source.project, elsewhere, ignore=shutil.ignore_patterns("results", "cache.duckdb*")
     )
-    cache = (
-        str(elsewhere / "fresh.duckdb")
-        if kind == "duckdb"
-        else request.getfixturevalue("postgres_url")
-    )
+    if kind == "duckdb":
+        cache = str(elsewhere / "fresh.duckdb")
+    else:  # a password in the URL (the server trusts loopback): never shown
+        cache = request.getfixturevalue("postgres_url").replace(
+            "://postgres@", f"://postgres:{PASSWORD}@"
+        )
+        assert PASSWORD in cache
     done = run_cli("bundle", "import", str(source.bundle), "--cache", cache, cwd=elsewhere)
     assert done.returncode == 0, done.stderr
     assert "12 answer(s)" in done.stdout and "12 added to" in done.stdout
+    assert PASSWORD not in done.stdout + done.stderr
+    if kind == "postgres":
+        assert "postgres:***@" in done.stdout
 
     sent = source.server.calls
     again = run_cli(
@@ -158,6 +164,16 @@ def test_an_imported_bundle_replays_both_runs_elsewhere_with_no_call(
     twice = run_cli("bundle", "import", str(source.bundle), "--cache", cache, cwd=elsewhere)
     assert twice.returncode == 0, twice.stderr
     assert "0 added to" in twice.stdout and "12 already there" in twice.stdout
+    assert PASSWORD not in twice.stdout + twice.stderr
+
+    # Exported there, the replayed runs make the very same bundle, byte for byte.
+    replayed_dirs = [str(elsewhere / "results" / first.name) for first in source.runs.values()]
+    back = elsewhere / "back.parquet"
+    out = run_cli(
+        "bundle", "export", *replayed_dirs, "-o", str(back), "--cache", cache, cwd=elsewhere
+    )
+    assert out.returncode == 0, out.stderr
+    assert back.read_bytes() == source.bundle.read_bytes()
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
