@@ -41,7 +41,14 @@ from gradetrail_lib._version import __version__
 from gradetrail_lib.cache.duckdb_rows import insert_rows
 from gradetrail_lib.cache.location import CacheLocation, open_cache, parse_location
 from gradetrail_lib.cache.responses import COLUMNS
-from gradetrail_lib.errors import FIELD_WORDS, InputError, UsageError, first_of, input_errors
+from gradetrail_lib.errors import (
+    FIELD_WORDS,
+    InputError,
+    UsageError,
+    first_of,
+    indexed,
+    input_errors,
+)
 from gradetrail_lib.hashing import canonical_json
 from gradetrail_lib.results.runs import Run
 from gradetrail_lib.results.trace import TraceRecord
@@ -455,7 +462,7 @@ def _manifest_of(where: str, metadata: Mapping[str, bytes]) -> BundleManifest:
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
-    return "manifest" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+    return f"manifest.{indexed(loc)}"
 
 
 def _check(
