@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
+from gradetrail_assets.tables import DuckDBTables
 from gradetrail_lib import cli
+from gradetrail_lib.cache.location import store_location
+from gradetrail_lib.errors import UsageError
 from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings, cli_settings
 
 
@@ -128,8 +131,48 @@ def test_the_resource_opens_the_cache_its_database_names(
     close_pools()
 
 
-def test_with_a_postgres_cache_the_tables_stay_in_the_default_duckdb_file(tmp_path: Path) -> None:
+def test_with_a_postgres_cache_and_a_local_store_the_tables_stay_in_the_default_duckdb_file(
+    tmp_path: Path,
+) -> None:
     url = "postgresql://u@db.example/evals"
-    assert GradetrailResource(database=url).tables_database() == str(DEFAULT_DATABASE)
+    local = GradetrailResource(database=url, store="local")
+    assert local.tables_database() == str(DEFAULT_DATABASE)
+    assert isinstance(local.tables(), DuckDBTables)
+    assert local.tables().where == str(DEFAULT_DATABASE)
     here = str(tmp_path / "c.duckdb")
     assert GradetrailResource(database=here).tables_database() == here
+    assert GradetrailResource(database=here).tables().where == here
+
+
+def test_the_store_follows_a_cache_url_unless_set() -> None:
+    url, other = "postgresql://u:pw@db.example/evals", "postgresql://v@store.example/runs"
+    assert store_location(None, "c.duckdb") is None
+    assert store_location("local", url) is None
+    followed = store_location(None, url)
+    assert followed is not None and followed.url == url
+    assert followed.where == "postgresql://u:***@db.example/evals"
+    chosen = store_location(other, url)
+    assert chosen is not None and chosen.url == other
+    with pytest.raises(UsageError, match="a store is a postgresql:// URL"):
+        store_location("results/", url)
+    with pytest.raises(UsageError, match="GRADETRAIL_STORE 'mysql://h/db': unknown scheme"):
+        store_location("mysql://h/db", "c.duckdb")
+
+
+def test_a_password_in_a_url_reaches_the_resource_as_an_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dagster shows a resource's configuration in its UI: a URL with a password is given
+    as `dg.EnvVar`, shown by its variable's name and read when a run starts."""
+    import dagster as dg
+
+    monkeypatch.setenv("GRADETRAIL_STORE", "postgresql://u:s3cret@db.example/evals")
+    monkeypatch.setenv("GRADETRAIL_CACHE", "postgresql://u:s3cret@db.example/cache")
+    resource = settings_from_environment()
+    assert resource.store == dg.EnvVar("GRADETRAIL_STORE")
+    assert resource.database == dg.EnvVar("GRADETRAIL_CACHE")
+    assert "s3cret" not in repr(resource)
+    monkeypatch.setenv("GRADETRAIL_STORE", "postgresql://u@db.example/evals")
+    monkeypatch.setenv("GRADETRAIL_CACHE", "c.duckdb")
+    plain = settings_from_environment()
+    assert (plain.store, plain.database) == ("postgresql://u@db.example/evals", "c.duckdb")

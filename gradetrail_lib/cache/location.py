@@ -52,8 +52,9 @@ class CacheLocation:
         return self.path is not None
 
 
-def parse_location(text: str | Path) -> CacheLocation:
-    """A location from its text; raises UsageError for a scheme not in `SCHEMES`."""
+def parse_location(text: str | Path, what: str = "cache location") -> CacheLocation:
+    """A location from its text; raises UsageError for a scheme not in `SCHEMES` (the
+    message calls the text `what`)."""
     if isinstance(text, Path):
         return CacheLocation(path=text)
     found = _SCHEME.match(text)
@@ -63,7 +64,7 @@ def parse_location(text: str | Path) -> CacheLocation:
     if scheme not in SCHEMES:
         accepted = ", ".join(f"{s}://" for s in SCHEMES)
         raise UsageError(
-            f"cache location {redact(text)!r}: unknown scheme {scheme!r}; a cache is a "
+            f"{what} {redact(text)!r}: unknown scheme {scheme!r}; a cache is a "
             f"file path (DuckDB) or a URL of a known scheme ({accepted})"
         )
     return CacheLocation(url=text)
@@ -73,6 +74,32 @@ def default_cache_location() -> str:
     """`GRADETRAIL_CACHE`, else the project's DuckDB file (relative to the working
     directory)."""
     return Settings.from_environment(only=("database",)).database
+
+
+# `GRADETRAIL_STORE`'s value that keeps the history and the tables on this machine.
+LOCAL_STORE = "local"
+
+
+def store_location(store: str | None, cache: str | Path) -> CacheLocation | None:
+    """Where the run history and Dagster's `scores`/`stats` tables live: the one place
+    this is decided. `store` (`GRADETRAIL_STORE`) is a postgresql:// URL, or `local`;
+    unset, the cache's database when the cache (`cache`) is a URL, so that a team
+    sharing a cache shares its history too. None is local: the history file under the
+    results root and the tables in the DuckDB file. A store that is a path is refused:
+    a history file lives under its results root, and the tables in the cache's file."""
+    if store is None or not store.strip():
+        location = parse_location(cache)
+        return None if location.is_file else location
+    if store.strip() == LOCAL_STORE:
+        return None
+    location = parse_location(store, what="GRADETRAIL_STORE")
+    if location.is_file:
+        raise UsageError(
+            f"GRADETRAIL_STORE {store!r}: a store is a postgresql:// URL, or "
+            f"{LOCAL_STORE!r} (the history under the results root, the tables in the "
+            "DuckDB file); unset, it follows the cache"
+        )
+    return location
 
 
 def open_cache(location: str | Path | CacheLocation) -> "ResponseCache | PostgresCache":
