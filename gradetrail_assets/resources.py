@@ -16,6 +16,7 @@ from gradetrail_lib.cache.location import (
     parse_location,
     password_of,
     store_location,
+    without_password,
 )
 from gradetrail_lib.cache.postgres import PostgresCache
 from gradetrail_lib.cache.responses import ResponseCache
@@ -34,8 +35,10 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     postgresql:// `database`) the tables and the run history are in Postgres."""
 
     # GRADETRAIL_CACHE as the definitions are loaded, as ever: a DuckDB file or a
-    # postgresql:// URL (the response cache).
-    database: str = default_cache_location()
+    # postgresql:// URL (the response cache). Dagster's UI shows a field's default, so
+    # a password is left out of it (libpq then reads PGPASSWORD or ~/.pgpass); the
+    # definitions pass such a URL itself as an EnvVar (`settings_from_environment`).
+    database: str = without_password(default_cache_location())
     # GRADETRAIL_STORE: a postgresql:// URL or `local`; None follows `database`
     # (`gradetrail_lib.cache.location.store_location`).
     store: str | None = None

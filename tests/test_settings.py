@@ -1,6 +1,7 @@
 """One settings object (`gradetrail_lib.settings`) for the CLI's defaults and the Dagster
 resource's: its defaults, the variables it reads, and the resource mirroring it."""
 
+import os
 from dataclasses import fields
 from pathlib import Path
 
@@ -21,6 +22,7 @@ def test_every_setting_has_a_variable() -> None:
 def test_the_environment_sets_each_setting_with_its_type() -> None:
     env = {
         "GRADETRAIL_CACHE": "c.duckdb",
+        "GRADETRAIL_STORE": "postgresql://u@db.example/runs",
         "GRADETRAIL_RESULTS": "out",
         "GRADETRAIL_BACKEND": "ray",
         "GRADETRAIL_CONCURRENCY": "auto",
@@ -38,6 +40,7 @@ def test_the_environment_sets_each_setting_with_its_type() -> None:
     }
     assert Settings.from_environment(env) == Settings(
         database="c.duckdb",
+        store="postgresql://u@db.example/runs",
         results=Path("out"),
         backend="ray",
         concurrency="auto",
@@ -176,3 +179,34 @@ def test_a_password_in_a_url_reaches_the_resource_as_an_environment_variable(
     monkeypatch.setenv("GRADETRAIL_CACHE", "c.duckdb")
     plain = settings_from_environment()
     assert (plain.store, plain.database) == ("postgresql://u@db.example/evals", "c.duckdb")
+
+
+def test_a_password_in_gradetrail_cache_is_not_the_resource_fields_default(
+    tmp_path: Path,
+) -> None:
+    """The field's default is taken as the module is imported, and Dagster's UI shows
+    it (the config schema of the repository snapshot): it leaves the password out."""
+    import subprocess
+    import sys
+
+    script = (
+        "from pathlib import Path\n"
+        "from dagster._core.remote_representation.external_data import RepositorySnap\n"
+        "from dagster._serdes import serialize_value\n"
+        "from gradetrail_assets.definitions import build_definitions\n"
+        "from gradetrail_assets.resources import GradetrailResource, settings_from_environment\n"
+        "print(GradetrailResource.model_fields['database'].default)\n"
+        "defs = build_definitions(Path('specs'), settings_from_environment())\n"
+        "snapshot = serialize_value(RepositorySnap.from_def(defs.get_repository_def()))\n"
+        "print('s3cret' in snapshot, 'GRADETRAIL_CACHE' in snapshot)\n"
+    )
+    (tmp_path / "specs").mkdir()
+    url = "postgresql://u:s3cret@db.example:5432/evals?sslmode=require&password=s3cret"
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script], cwd=tmp_path, capture_output=True,
+        text=True, timeout=120, env={**os.environ, "GRADETRAIL_CACHE": url},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "postgresql://u@db.example:5432/evals?sslmode=require", "False True",
+    ]  # fmt: skip
