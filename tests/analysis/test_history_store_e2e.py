@@ -10,10 +10,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from gradetrail_lib.analysis.history import HISTORY_FILE, origin_of
+from gradetrail_lib.analysis.history import HISTORY_FILE, FileHistory, origin_of
 from gradetrail_lib.analysis.history_postgres import PostgresHistory
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.cache.postgres import close_pools
@@ -138,6 +137,8 @@ def test_a_store_lost_at_the_end_keeps_the_run_directory(
     tmp_path: Path, postgres_url: str
 ) -> None:
     store = PostgresHistory(postgres_url, where="the store", results_root=tmp_path / "results")
+    import psycopg  # (here: the fixture skips the test where it is not installed)
+
     # The table goes away between the store's opening and the run's end.
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute("DROP TABLE gradetrail_history")
@@ -155,3 +156,16 @@ def test_a_store_lost_at_the_end_keeps_the_run_directory(
     assert len((kept / "results.jsonl").read_text().splitlines()) == N
     assert not isinstance(raised.value, UsageError)
     close_pools()
+
+
+def test_an_entry_s_origin_stays_out_of_the_history_file(tmp_path: Path) -> None:
+    """`origin` is a shared store's column: the file's lines are as they always were."""
+    done = run_cli(
+        "run", str(write_spec(tmp_path / "g.yaml")), "--results", "results",
+        "--cache", "c.duckdb", cwd=tmp_path, env={"GRADETRAIL_STORE": "local"},
+    )  # fmt: skip
+    run_dir(done)
+    (line,) = (tmp_path / "results" / HISTORY_FILE).read_text().splitlines()
+    assert "origin" not in json.loads(line)
+    (entry,) = FileHistory(tmp_path / "results").read()
+    assert entry.origin is None

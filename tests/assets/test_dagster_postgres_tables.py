@@ -10,7 +10,6 @@ from typing import Any
 
 import dagster as dg
 import duckdb
-import psycopg
 import pytest
 from dagster._core.remote_representation.external_data import RepositorySnap
 from dagster._serdes import serialize_value
@@ -29,6 +28,8 @@ SCORERS = 1  # the spec's: numeric
 
 
 def count(url: str, sql: str, *params: Any) -> int:
+    import psycopg  # (here: the fixture skips the tests where it is not installed)
+
     with psycopg.connect(url) as connection:
         row = connection.execute(sql, list(params)).fetchone()
     assert row is not None
@@ -131,6 +132,8 @@ def rows_of(n: int, model: str, fail_at: int | None = None) -> Iterator[tuple[An
 
 
 def test_a_partition_is_swapped_in_one_transaction_in_postgres(store: str) -> None:
+    import psycopg
+
     tables = PostgresTables(store, where="the store")
     tables.replace_partition("scores", SCORE_COLUMNS, "add", "other", rows_of(3, "other"))
     tables.replace_partition("scores", SCORE_COLUMNS, "add", "m", rows_of(4, "m"))
