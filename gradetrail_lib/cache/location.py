@@ -52,9 +52,14 @@ class CacheLocation:
         return self.path is not None
 
 
-def parse_location(text: str | Path, what: str = "cache location") -> CacheLocation:
+_A_CACHE = "a cache is a file path (DuckDB) or a URL of a known scheme"
+
+
+def parse_location(
+    text: str | Path, what: str = "cache location", expected: str = _A_CACHE
+) -> CacheLocation:
     """A location from its text; raises UsageError for a scheme not in `SCHEMES` (the
-    message calls the text `what`)."""
+    message calls the text `what` and says what is `expected`)."""
     if isinstance(text, Path):
         return CacheLocation(path=text)
     found = _SCHEME.match(text)
@@ -64,8 +69,7 @@ def parse_location(text: str | Path, what: str = "cache location") -> CacheLocat
     if scheme not in SCHEMES:
         accepted = ", ".join(f"{s}://" for s in SCHEMES)
         raise UsageError(
-            f"{what} {redact(text)!r}: unknown scheme {scheme!r}; a cache is a "
-            f"file path (DuckDB) or a URL of a known scheme ({accepted})"
+            f"{what} {redact(text)!r}: unknown scheme {scheme!r}; {expected} ({accepted})"
         )
     return CacheLocation(url=text)
 
@@ -92,7 +96,8 @@ def store_location(store: str | None, cache: str | Path) -> CacheLocation | None
         return None if location.is_file else location
     if store.strip() == LOCAL_STORE:
         return None
-    location = parse_location(store, what="GRADETRAIL_STORE")
+    expected = f"a store is {LOCAL_STORE!r} or a URL of a known scheme"
+    location = parse_location(store, what="GRADETRAIL_STORE", expected=expected)
     if location.is_file:
         raise UsageError(
             f"GRADETRAIL_STORE {store!r}: a store is a postgresql:// URL, or "
