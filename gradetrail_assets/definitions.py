@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 
 import dagster as dg
-from dagster_duckdb import DuckDBResource
 
 from gradetrail_assets.automation import (
     build_nightly_schedule,
@@ -70,10 +69,8 @@ def build_definitions(
                 minimum_interval_seconds=30,
             ),
         ],
-        resources={
-            "gradetrail": settings,
-            "duckdb": DuckDBResource(database=settings.tables_database()),
-        },
+        # The tables (DuckDB or Postgres) come from the gradetrail resource's `tables()`.
+        resources={"gradetrail": settings},
     )
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster_duckdb import DuckDBResource
 
 from gradetrail_assets.checks import check_specs, latest_data_version, score_checks
 from gradetrail_assets.leaderboard import build_leaderboard, leaderboard_metadata
@@ -29,8 +28,6 @@ from gradetrail_assets.resources import GradetrailResource
 from gradetrail_assets.tables import (
     SCORE_COLUMNS,
     STATS_COLUMNS,
-    read_stats,
-    replace_partition,
     score_rows,
     stats_rows,
 )
@@ -168,7 +165,6 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     def scores(
         context: dg.AssetExecutionContext,
         gradetrail: GradetrailResource,
-        duckdb: DuckDBResource,
         responses: FetchedRun,
     ) -> Iterator[dg.Output[str] | dg.AssetCheckResult]:
         partition = context.partition_key
@@ -180,6 +176,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             phase_seconds={"responses": responses.wall_s},
             targets=NotSent(responses.errors),
             already_sent=responses.sent,
+            history=gradetrail.history(),
             # The judges' calls by batch when the run's mode is `all`.
             batch=gradetrail.batch_mode(context.run.tags),
             batch_options=gradetrail.batch_options(context.log.info),
@@ -196,8 +193,8 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         # The table's rows from the records as the run directory holds them, a batch at
         # a time (none of the run's records in memory), the failures shown kept on the way.
         failures = FirstFailures()
-        rebuilt = replace_partition(
-            duckdb, "scores", SCORE_COLUMNS, spec.name, partition,
+        rebuilt = gradetrail.tables().replace_partition(
+            "scores", SCORE_COLUMNS, spec.name, partition,
             lambda: score_rows(
                 spec.name, partition, done.manifest,
                 failures.watch(iter_records(done.run_dir / RESULTS_FILE)),
@@ -241,15 +238,15 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         **common,
     )
     def stats(
-        context: dg.AssetExecutionContext, duckdb: DuckDBResource, scores: str
+        context: dg.AssetExecutionContext, gradetrail: GradetrailResource, scores: str
     ) -> dg.Output[str]:
         run = load_run(Path(scores))
         # Its records streamed once, none held, each batch's calls counted as the run did.
         repeats = run.manifest.repeats
         totals = run.totals(batch_samples(repeats) * repeats)
         figures = {name: run_stats(totals, name) for name in run.manifest.scorer_names}
-        rebuilt = replace_partition(
-            duckdb, "stats", STATS_COLUMNS, spec.name, context.partition_key,
+        rebuilt = gradetrail.tables().replace_partition(
+            "stats", STATS_COLUMNS, spec.name, context.partition_key,
             stats_rows(spec.name, context.partition_key, run, figures, totals),
         )  # fmt: skip
         if rebuilt:
@@ -304,8 +301,8 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         "scorer between them (paired interval and test: exact McNemar, or a sign-flip "
         "test over cases with repeats).",
     )
-    def leaderboard(duckdb: DuckDBResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        board = build_leaderboard(read_stats(duckdb, spec.name), spec.primary_scorer)
+    def leaderboard(gradetrail: GradetrailResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        board = build_leaderboard(gradetrail.tables().read_stats(spec.name), spec.primary_scorer)
         return dg.MaterializeResult(
             data_version=dg.DataVersion(hash_json(board)),
             metadata=leaderboard_metadata(board),

@@ -3,15 +3,25 @@
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
+from gradetrail_assets.tables import DuckDBTables, PostgresTables, Tables
+from gradetrail_lib.analysis.history import HistoryStore, open_history
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache.location import default_cache_location, open_cache, parse_location
+from gradetrail_lib.cache.location import (
+    default_cache_location,
+    open_cache,
+    parse_location,
+    password_of,
+    store_location,
+    without_password,
+)
 from gradetrail_lib.cache.postgres import PostgresCache
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, parse_batch_mode
-from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, Settings
+from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings
 
 # A run's tag that sets how its misses are sent (off, all, targets), over the resource's
 # `batch`: the nightly schedule sets it.
@@ -21,12 +31,17 @@ BATCH_TAG = "gradetrail/batch"
 class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """Settings of the engine (`gradetrail_lib.settings.Settings`: what each means, its
     default and its environment variable). The response cache and the result tables share
-    one DuckDB file by default (`database`), as the DuckDB resource is configured with it
-    too."""
+    one DuckDB file by default (`database`); with a Postgres store (`store`, or a
+    postgresql:// `database`) the tables and the run history are in Postgres."""
 
     # GRADETRAIL_CACHE as the definitions are loaded, as ever: a DuckDB file or a
-    # postgresql:// URL (the response cache; the tables stay in DuckDB for now).
-    database: str = default_cache_location()
+    # postgresql:// URL (the response cache). Dagster's UI shows a field's default, so
+    # a password is left out of it (libpq then reads PGPASSWORD or ~/.pgpass); the
+    # definitions pass such a URL itself as an EnvVar (`settings_from_environment`).
+    database: str = without_password(default_cache_location())
+    # GRADETRAIL_STORE: a postgresql:// URL or `local`; None follows `database`
+    # (`gradetrail_lib.cache.location.store_location`).
+    store: str | None = None
     results_dir: str = str(DEFAULTS.results)
     backend: str = DEFAULTS.backend
     concurrency: str = DEFAULTS.concurrency
@@ -44,21 +59,35 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     batch_poll_max_s: float = DEFAULTS.batch_poll_max_s
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "GradetrailResource":
+    def from_settings(cls, settings: Settings, **given: Any) -> "GradetrailResource":
+        """The resource of `settings`, fields in `given` set as given (a `dg.EnvVar`)."""
         values = {f.name: getattr(settings, f.name) for f in fields(Settings)}
         values["database"] = str(values["database"])
         values["results_dir"] = str(values.pop("results"))
-        return cls(**values)
+        return cls(**{**values, **given})
 
     def cache(self) -> ResponseCache | PostgresCache:
         return open_cache(self.database)
 
     def tables_database(self) -> str:
-        """The DuckDB file of the `scores` and `stats` tables: the cache's file, or with a
-        Postgres cache the default file (the tables are DuckDB's alone; a URL is no
-        file DuckDB can open)."""
+        """The DuckDB file of the `scores` and `stats` tables when they are local: the
+        cache's file, or with a Postgres cache (and a `local` store) the default file (a
+        URL is no file DuckDB can open)."""
         location = parse_location(self.database)
         return str(location.path) if location.path is not None else str(DEFAULT_DATABASE)
+
+    def tables(self) -> Tables:
+        """The `scores` and `stats` tables: in the store's Postgres database when there
+        is one, else in the DuckDB file (`tables_database`)."""
+        location = store_location(self.store, self.database)
+        if location is None:
+            return DuckDBTables(self.tables_database())
+        return PostgresTables(location.url or "", where=location.where)
+
+    def history(self) -> HistoryStore:
+        """Where a run is added to the history: the store, else the file under the
+        results root."""
+        return open_history(self.results_root(), store=self.store, cache=self.database)
 
     def results_root(self) -> Path:
         return Path(self.results_dir)
@@ -90,5 +119,14 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
 
 def settings_from_environment() -> GradetrailResource:
-    """The resource as the environment configures it (GRADETRAIL_* variables)."""
-    return GradetrailResource.from_settings(Settings.from_environment())
+    """The resource as the environment configures it (GRADETRAIL_* variables). A cache
+    or store URL that carries a password is given as `dg.EnvVar`, which Dagster reads
+    when a run starts and shows by its variable's name: the password never enters the
+    definitions, so no page of the UI shows it."""
+    settings = Settings.from_environment()
+    secret: dict[str, Any] = {}
+    for name in ("database", "store"):
+        value = getattr(settings, name)
+        if value is not None and password_of(value):
+            secret[name] = dg.EnvVar(ENVIRONMENT[name])
+    return GradetrailResource.from_settings(settings, **secret)

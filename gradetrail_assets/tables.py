@@ -1,4 +1,8 @@
-"""Result tables in DuckDB, written per partition: delete and insert in one transaction.
+"""Result tables, written per partition: delete and insert in one transaction.
+
+They live in the DuckDB file (`DuckDBTables`, the default), or in Postgres
+(`PostgresTables`) when the store is (`GRADETRAIL_STORE`, or the cache's URL:
+`GradetrailResource.tables`), so that every machine's partitions land in one table.
 
 `scores` holds one row per (sample, scorer), `stats` one row per scorer, each with the
 scorer's name and whether it is the spec's primary scorer; a table written by an older
@@ -14,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from itertools import islice
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 from dagster_duckdb import DuckDBResource
@@ -23,6 +27,8 @@ from duckdb import OutOfMemoryException, TransactionException
 
 from gradetrail_lib.analysis.stats import RunStats
 from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
+from gradetrail_lib.cache.postgres import PostgresDatabase
+from gradetrail_lib.errors import GradetrailError
 from gradetrail_lib.providers.pricing import sum_costs
 from gradetrail_lib.results.runs import Run
 from gradetrail_lib.results.totals import RunTotals
@@ -158,6 +164,159 @@ def _replace(
         if memory_limit is not None:
             connection.execute("RESET memory_limit")
     return rebuilt
+
+
+class Tables(Protocol):
+    """Where the `scores` and `stats` tables are (`replace_partition`, `read_stats`)."""
+
+    @property
+    def where(self) -> str: ...
+
+    def replace_partition(
+        self,
+        table: str,
+        columns: Sequence[Column],
+        spec: str,
+        model: str,
+        rows: Rows | Callable[[], Rows],
+        *,
+        batch_rows: int | None = None,
+    ) -> bool: ...
+
+    def read_stats(self, spec: str) -> list[dict[str, Any]]: ...
+
+
+class DuckDBTables:
+    """The tables in the DuckDB file `database` (`replace_partition`, `read_stats`)."""
+
+    def __init__(self, database: str) -> None:
+        self.where = database
+        self._resource = DuckDBResource(database=database)
+
+    def replace_partition(
+        self,
+        table: str,
+        columns: Sequence[Column],
+        spec: str,
+        model: str,
+        rows: Rows | Callable[[], Rows],
+        *,
+        batch_rows: int | None = None,
+    ) -> bool:
+        return replace_partition(
+            self._resource, table, columns, spec, model, rows, batch_rows=batch_rows
+        )
+
+    def read_stats(self, spec: str) -> list[dict[str, Any]]:
+        return read_stats(self._resource, spec)
+
+
+# DuckDB's column types in Postgres's words.
+_PG_TYPES = {"VARCHAR": "text", "BIGINT": "bigint", "DOUBLE": "double precision",
+             "BOOLEAN": "boolean"}  # fmt: skip
+
+
+def _text(value: Any) -> str:
+    # Postgres's text cannot hold NUL, which a model's answer (and so a reason) may: the
+    # tables are derived data, so it becomes U+FFFD there (the run directory keeps it).
+    return str(value).replace("\x00", "\ufffd")
+
+
+# Each column's values as one Python type: psycopg dumps a list by its first value's type.
+_PY_TYPES: dict[str, Callable[[Any], Any]] = {
+    "VARCHAR": _text, "BIGINT": int, "DOUBLE": float, "BOOLEAN": bool,
+}  # fmt: skip
+
+
+def _pg_arrays(columns: Sequence[Column], batch: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """One list per column, its values of the column's Python type (None kept)."""
+    return [
+        [None if v is None else _PY_TYPES[kind](v) for v in values]
+        for (_, kind), values in zip(columns, zip(*batch, strict=True), strict=True)
+    ]
+
+
+class PostgresTables:
+    """The tables in a Postgres database (the store's: `cache.postgres.PostgresDatabase`,
+    its pool and its password-free messages). A partition's rows are swapped as in
+    DuckDB: the delete and every insert in one transaction, so a reader sees the old rows
+    or the new, never a mix; rows go in `INSERT_ROWS` at a time, one array per column."""
+
+    def __init__(self, url: str, *, where: str) -> None:
+        self._database = PostgresDatabase(url, where=where, schema=(), what="the tables")
+        self.where = where
+
+    def _ensure_table(self, connection: Any, table: str, columns: Sequence[Column]) -> bool:
+        """As `_ensure_table` (an older layout is dropped and made again), under the
+        schema lock: processes writing partitions at once make a table once."""
+        kinds = [(name, _PG_TYPES[kind]) for name, kind in columns]
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", [_TABLES_LOCK])
+            found = [
+                row[0]
+                for row in connection.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+                    "current_schema() AND table_name = %s ORDER BY ordinal_position",
+                    [table],
+                ).fetchall()
+            ]
+            rebuilt = bool(found) and found != [name.strip('"') for name, _ in columns]
+            if rebuilt:
+                connection.execute(f"DROP TABLE {table}")
+            connection.execute(_ddl(table, kinds))
+            if not found or rebuilt:
+                # The partition's delete goes through this index.
+                connection.execute(
+                    f"CREATE INDEX IF NOT EXISTS {table}_partition ON {table} (spec, model)"
+                )
+        return rebuilt
+
+    def replace_partition(
+        self,
+        table: str,
+        columns: Sequence[Column],
+        spec: str,
+        model: str,
+        rows: Rows | Callable[[], Rows],
+        *,
+        batch_rows: int | None = None,
+    ) -> bool:
+        import psycopg
+
+        stream = iter(rows() if callable(rows) else rows)
+        size = batch_rows or INSERT_ROWS
+        names = ", ".join(name for name, _ in columns)
+        arrays = ", ".join(f"%s::{_PG_TYPES[kind]}[]" for _, kind in columns)
+        insert = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays})"
+        try:
+            with self._database.connection() as connection:
+                rebuilt = self._ensure_table(connection, table, columns)
+                with connection.transaction():
+                    connection.execute(
+                        f"DELETE FROM {table} WHERE spec = %s AND model = %s", [spec, model]
+                    )
+                    while batch := list(islice(stream, size)):
+                        connection.execute(insert, _pg_arrays(columns, batch))
+        except psycopg.Error as exc:
+            raise GradetrailError(
+                f"{self.where}: cannot write the {table} rows of {spec}/{model}: "
+                f"{self._database.scrub(exc)}"
+            ) from None
+        return rebuilt
+
+    def read_stats(self, spec: str) -> list[dict[str, Any]]:
+        with self._database.connection() as connection:
+            self._ensure_table(connection, "stats", STATS_COLUMNS)
+            cursor = connection.execute(
+                f"SELECT * FROM stats WHERE spec = %s ORDER BY model, {PRIMARY} DESC, scorer",
+                [spec],
+            )
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+# Names the advisory lock the tables' DDL takes (`cache.postgres` names its own).
+_TABLES_LOCK = 0x67740010
 
 
 def judge_totals(totals: RunTotals, scorer: str | None = None) -> CallTotals:

@@ -2,7 +2,8 @@
 one place: the CLI's options take their defaults from here and the Dagster resource
 (`gradetrail_assets.resources.GradetrailResource`) its fields.
 
-Which variables each reads: the CLI honours `GRADETRAIL_CACHE`, `GRADETRAIL_RESULTS`,
+Which variables each reads: the CLI honours `GRADETRAIL_CACHE`, `GRADETRAIL_STORE`,
+`GRADETRAIL_RESULTS`,
 `GRADETRAIL_BACKEND` and the batch ones (`GRADETRAIL_BATCH`, `..._BATCH_TIMEOUT_S`,
 `..._BATCH_POLL_S`, `..._BATCH_POLL_MAX_S`; its flags set the rest), Dagster every one.
 """
@@ -25,6 +26,11 @@ class Settings:
     # Dagster, the tables; relative to the working directory), or a postgresql:// URL
     # (`gradetrail_lib.cache.location`). Text, since a URL is no path.
     database: str = str(DEFAULT_DATABASE)
+    # Where the run history and Dagster's `scores`/`stats` tables are: a postgresql://
+    # URL, `local` (the history file under the results root, the tables in the DuckDB
+    # file), or None: the cache's database when the cache is a URL, else local
+    # (`gradetrail_lib.cache.location.store_location`).
+    store: str | None = None
     # Where run directories go.
     results: Path = Path("results")
     # Where requests are sent from: "local" (this process) or "ray".
@@ -73,6 +79,7 @@ class Settings:
 # The variable of each setting.
 ENVIRONMENT = {
     "database": "GRADETRAIL_CACHE",
+    "store": "GRADETRAIL_STORE",
     "results": "GRADETRAIL_RESULTS",
     "backend": "GRADETRAIL_BACKEND",
     "concurrency": "GRADETRAIL_CONCURRENCY",
@@ -94,13 +101,14 @@ DEFAULTS = Settings()
 
 # What the CLI reads from the environment (its flags set the rest).
 CLI_ENVIRONMENT = (
-    "database", "results", "backend", "batch", "batch_timeout_s", "batch_poll_s",
+    "database", "store", "results", "backend", "batch", "batch_timeout_s", "batch_poll_s",
     "batch_poll_max_s",
 )  # fmt: skip
 
 
 def cli_settings() -> Settings:
-    """The defaults of the CLI's options: `GRADETRAIL_CACHE`, `GRADETRAIL_RESULTS`,
+    """The defaults of the CLI's options: `GRADETRAIL_CACHE`, `GRADETRAIL_STORE`,
+    `GRADETRAIL_RESULTS`,
     `GRADETRAIL_BACKEND` and the `GRADETRAIL_BATCH*` variables read, the rest the
     defaults."""
     return Settings.from_environment(only=CLI_ENVIRONMENT)

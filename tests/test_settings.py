@@ -1,13 +1,17 @@
 """One settings object (`gradetrail_lib.settings`) for the CLI's defaults and the Dagster
 resource's: its defaults, the variables it reads, and the resource mirroring it."""
 
+import os
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
+from gradetrail_assets.tables import DuckDBTables
 from gradetrail_lib import cli
+from gradetrail_lib.cache.location import store_location
+from gradetrail_lib.errors import UsageError
 from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings, cli_settings
 
 
@@ -18,6 +22,7 @@ def test_every_setting_has_a_variable() -> None:
 def test_the_environment_sets_each_setting_with_its_type() -> None:
     env = {
         "GRADETRAIL_CACHE": "c.duckdb",
+        "GRADETRAIL_STORE": "postgresql://u@db.example/runs",
         "GRADETRAIL_RESULTS": "out",
         "GRADETRAIL_BACKEND": "ray",
         "GRADETRAIL_CONCURRENCY": "auto",
@@ -35,6 +40,7 @@ def test_the_environment_sets_each_setting_with_its_type() -> None:
     }
     assert Settings.from_environment(env) == Settings(
         database="c.duckdb",
+        store="postgresql://u@db.example/runs",
         results=Path("out"),
         backend="ray",
         concurrency="auto",
@@ -128,8 +134,79 @@ def test_the_resource_opens_the_cache_its_database_names(
     close_pools()
 
 
-def test_with_a_postgres_cache_the_tables_stay_in_the_default_duckdb_file(tmp_path: Path) -> None:
+def test_with_a_postgres_cache_and_a_local_store_the_tables_stay_in_the_default_duckdb_file(
+    tmp_path: Path,
+) -> None:
     url = "postgresql://u@db.example/evals"
-    assert GradetrailResource(database=url).tables_database() == str(DEFAULT_DATABASE)
+    local = GradetrailResource(database=url, store="local")
+    assert local.tables_database() == str(DEFAULT_DATABASE)
+    assert isinstance(local.tables(), DuckDBTables)
+    assert local.tables().where == str(DEFAULT_DATABASE)
     here = str(tmp_path / "c.duckdb")
     assert GradetrailResource(database=here).tables_database() == here
+    assert GradetrailResource(database=here).tables().where == here
+
+
+def test_the_store_follows_a_cache_url_unless_set() -> None:
+    url, other = "postgresql://u:pw@db.example/evals", "postgresql://v@store.example/runs"
+    assert store_location(None, "c.duckdb") is None
+    assert store_location("local", url) is None
+    followed = store_location(None, url)
+    assert followed is not None and followed.url == url
+    assert followed.where == "postgresql://u:***@db.example/evals"
+    chosen = store_location(other, url)
+    assert chosen is not None and chosen.url == other
+    with pytest.raises(UsageError, match="a store is a postgresql:// URL"):
+        store_location("results/", url)
+    with pytest.raises(UsageError, match="GRADETRAIL_STORE 'mysql://h/db': unknown scheme"):
+        store_location("mysql://h/db", "c.duckdb")
+
+
+def test_a_password_in_a_url_reaches_the_resource_as_an_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dagster shows a resource's configuration in its UI: a URL with a password is given
+    as `dg.EnvVar`, shown by its variable's name and read when a run starts."""
+    import dagster as dg
+
+    monkeypatch.setenv("GRADETRAIL_STORE", "postgresql://u:s3cret@db.example/evals")
+    monkeypatch.setenv("GRADETRAIL_CACHE", "postgresql://u:s3cret@db.example/cache")
+    resource = settings_from_environment()
+    assert resource.store == dg.EnvVar("GRADETRAIL_STORE")
+    assert resource.database == dg.EnvVar("GRADETRAIL_CACHE")
+    assert "s3cret" not in repr(resource)
+    monkeypatch.setenv("GRADETRAIL_STORE", "postgresql://u@db.example/evals")
+    monkeypatch.setenv("GRADETRAIL_CACHE", "c.duckdb")
+    plain = settings_from_environment()
+    assert (plain.store, plain.database) == ("postgresql://u@db.example/evals", "c.duckdb")
+
+
+def test_a_password_in_gradetrail_cache_is_not_the_resource_fields_default(
+    tmp_path: Path,
+) -> None:
+    """The field's default is taken as the module is imported, and Dagster's UI shows
+    it (the config schema of the repository snapshot): it leaves the password out."""
+    import subprocess
+    import sys
+
+    script = (
+        "from pathlib import Path\n"
+        "from dagster._core.remote_representation.external_data import RepositorySnap\n"
+        "from dagster._serdes import serialize_value\n"
+        "from gradetrail_assets.definitions import build_definitions\n"
+        "from gradetrail_assets.resources import GradetrailResource, settings_from_environment\n"
+        "print(GradetrailResource.model_fields['database'].default)\n"
+        "defs = build_definitions(Path('specs'), settings_from_environment())\n"
+        "snapshot = serialize_value(RepositorySnap.from_def(defs.get_repository_def()))\n"
+        "print('s3cret' in snapshot, 'GRADETRAIL_CACHE' in snapshot)\n"
+    )
+    (tmp_path / "specs").mkdir()
+    url = "postgresql://u:s3cret@db.example:5432/evals?sslmode=require&password=s3cret"
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script], cwd=tmp_path, capture_output=True,
+        text=True, timeout=120, env={**os.environ, "GRADETRAIL_CACHE": url},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "postgresql://u@db.example:5432/evals?sslmode=require", "False True",
+    ]  # fmt: skip

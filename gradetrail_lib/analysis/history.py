@@ -12,16 +12,25 @@ The file is append-only, an entry appended once its run directory is in place, t
 `results.appendlog` (one write of one line under an exclusive `flock`), so two processes
 finishing together never interleave half lines. The name starts with a dot, as every
 non-run entry under the root does (a shell's `results/*` lists run directories only).
+
+Where the history is kept is a `HistoryStore`: that file (`FileHistory`, the default), or
+a table in Postgres (`history_postgres.PostgresHistory`) that every machine of a team
+writes and reads, chosen by `open_history` (`GRADETRAIL_STORE`, else the cache's URL:
+`cache.location.store_location`). A Postgres entry also says where its run directory
+was written (`origin`, `host:/results/root`), so a machine tells a run that is elsewhere
+from one whose directory is gone.
 """
 
+import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gradetrail_lib.cache.location import store_location
 from gradetrail_lib.errors import (
     FIELD_WORDS,
     InputError,
@@ -89,6 +98,9 @@ class HistoryEntry(_Strict):
     samples: int
     cost_usd: float | None
     fingerprint: str
+    # Where the run directory was written (`host:/results/root`, `origin_of`): a shared
+    # store's column, not part of the entry's JSON (the history file's lines are as ever).
+    origin: str | None = Field(default=None, exclude=True)
 
     @property
     def label(self) -> str:
@@ -106,6 +118,55 @@ def _instant(text: str) -> datetime:
 
 def history_path(results_root: Path) -> Path:
     return results_root / HISTORY_FILE
+
+
+def origin_of(results_root: Path) -> str:
+    """`host:/absolute/results/root`: where a run directory under `results_root` is (the
+    form rsync and scp take, with the directory's name appended)."""
+    return f"{socket.gethostname()}:{results_root.resolve()}"
+
+
+class HistoryStore(Protocol):
+    """Where the run history is kept: entries appended, read back in the order appended."""
+
+    @property
+    def where(self) -> str:
+        """The store as messages name it (a URL without its password)."""
+        ...
+
+    def append(self, entry: HistoryEntry) -> None: ...
+
+    def read(self) -> list[HistoryEntry]: ...
+
+
+@dataclass(frozen=True)
+class FileHistory:
+    """`<results root>/.history.jsonl` (the module docstring)."""
+
+    results_root: Path
+
+    @property
+    def where(self) -> str:
+        return str(history_path(self.results_root))
+
+    def append(self, entry: HistoryEntry) -> None:
+        append_entry(self.results_root, entry)
+
+    def read(self) -> list[HistoryEntry]:
+        return read_history(self.results_root)
+
+
+def open_history(results_root: Path, *, store: str | None, cache: str | Path) -> HistoryStore:
+    """The history of runs under `results_root`: in Postgres when `store` (a URL, or
+    `local`) or else the cache location `cache` says so (`store_location`), else the
+    file under the root. A Postgres store is reached (its table made) here, so a wrong
+    URL fails before a run starts."""
+    location = store_location(store, cache)
+    if location is None:
+        return FileHistory(results_root)
+    from gradetrail_lib.analysis.history_postgres import PostgresHistory
+
+    return PostgresHistory(location.url or "", where=location.where, results_root=results_root)
 
 
 def pass_rate_of(
@@ -173,11 +234,17 @@ def append_entry(results_root: Path, entry: HistoryEntry) -> None:
 
 
 def record_run(
-    results_root: Path, manifest: Manifest, records: Totalled, run_dir: Path, fingerprint: str
+    results_root: Path,
+    manifest: Manifest,
+    records: Totalled,
+    run_dir: Path,
+    fingerprint: str,
+    store: HistoryStore | None = None,
 ) -> HistoryEntry:
-    """Adds a completed run (its directory already in place) to the history."""
+    """Adds a completed run (its directory already in place) to the history (`store`,
+    by default the file under the root)."""
     entry = entry_for(manifest, records, run_dir, fingerprint)
-    append_entry(results_root, entry)
+    (store or FileHistory(results_root)).append(entry)
     return entry
 
 
@@ -217,15 +284,29 @@ def select(
     ]
 
 
+# Where an entry's run is: its directory under the local root holds it (`current`), holds
+# a later run of its identity (`replaced`), is not there (`gone`), or was written on
+# another machine or under another results root (`elsewhere`, shared stores only).
+RunState = Literal["current", "replaced", "gone", "elsewhere"]
+
+
 @dataclass
 class DirectoryState:
     """Whether an entry's run directory still holds that run (caches each directory's
     manifest)."""
 
     results_root: Path
+    _here: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._finished: dict[str, str | None] = {}
+
+    @property
+    def here(self) -> str:
+        """The local root as an entry's `origin` names it."""
+        if self._here is None:
+            self._here = origin_of(self.results_root)
+        return self._here
 
     def finished_at(self, run_dir: str) -> str | None:
         """The finish time of the run now in `run_dir`, None if there is none."""
@@ -238,14 +319,30 @@ class DirectoryState:
                 self._finished[run_dir] = None
         return self._finished[run_dir]
 
+    def state_of(self, entry: HistoryEntry) -> RunState:
+        now = self.finished_at(entry.run_dir)
+        if now == entry.finished_at:
+            return "current"
+        if entry.origin is not None and entry.origin != self.here:
+            return "elsewhere"
+        return "gone" if now is None else "replaced"
+
     def why_not_current(self, entry: HistoryEntry) -> str | None:
         """None when the directory holds the entry's run, else why not."""
-        now = self.finished_at(entry.run_dir)
-        if now is None:
+        state = self.state_of(entry)
+        if state == "current":
+            return None
+        if state == "elsewhere":
+            return f"its directory is not under this results root: {elsewhere(entry)}"
+        if state == "gone":
             return "its directory is gone"
-        if now != entry.finished_at:
-            return f"its directory now holds a later run of that identity (finished {now})"
-        return None
+        now = self.finished_at(entry.run_dir)
+        return f"its directory now holds a later run of that identity (finished {now})"
+
+
+def elsewhere(entry: HistoryEntry) -> str:
+    """Where another machine (or results root) wrote the entry's run directory."""
+    return f"{entry.origin}/{entry.run_dir}"
 
 
 @dataclass(frozen=True)
@@ -257,12 +354,16 @@ class Baseline:
     skipped: list[str]
 
 
-def previous_run(results_root: Path, candidate: Manifest, fingerprint: str) -> Baseline:
+def previous_run(
+    results_root: Path, candidate: Manifest, fingerprint: str, store: HistoryStore | None = None
+) -> Baseline:
     """The most recent run of the candidate's spec and model that finished before it and
     whose results differ from its (`fingerprint`), its directory still holding it. A
-    UsageError (exit 2) when there is none."""
+    UsageError (exit 2) when there is none, or when that run's directory is on another
+    machine (a shared store): then it says where, rather than pass over to an older run."""
     finished = _instant(candidate.finished_at)
-    history = read_history(results_root)
+    store = store or FileHistory(results_root)
+    history = store.read()
     earlier = [
         e
         for e in select(history, spec=candidate.spec.name, model=candidate.model.requested)
@@ -275,13 +376,21 @@ def previous_run(results_root: Path, candidate: Manifest, fingerprint: str) -> B
         if entry.fingerprint == fingerprint:
             skipped.append(f"{run}: its results are identical to the candidate's")
             continue
+        if state.state_of(entry) == "elsewhere":
+            raise UsageError(
+                f"--baseline previous: the previous run of {entry.label} whose results "
+                f"differ is {run}, recorded in {store.where}; its directory is on another "
+                f"machine or results root ({elsewhere(entry)}), not under {results_root}: "
+                f"copy it there (e.g. rsync -a {elsewhere(entry)} {results_root}/) or "
+                "name a local baseline directory with --baseline DIR"
+            )
         reason = state.why_not_current(entry)
         if reason is not None:
             skipped.append(f"{run}: {reason}")
             continue
         return Baseline(entry, results_root / entry.run_dir, skipped)
     label = f"{candidate.spec.name}/{candidate.model.requested}"
-    where = history_path(results_root)
+    where = store.where
     if not history:
         detail = f"{where} records no run (is the candidate under its results root?)"
     elif not earlier:

@@ -20,7 +20,13 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from gradetrail_lib.analysis.history import DirectoryState, newest_first, read_history, select
+from gradetrail_lib.analysis.history import (
+    DirectoryState,
+    FileHistory,
+    HistoryStore,
+    newest_first,
+    select,
+)
 from gradetrail_lib.analysis.stats.clusters import group_by
 from gradetrail_lib.analysis.stats.paired import pair_up
 from gradetrail_lib.analysis.stats.power import (
@@ -127,14 +133,17 @@ class Observed:
 TRIES = 8
 
 
-def run_pairs(results_root: Path, spec_name: str) -> Iterator[tuple[Path, Path]]:
-    """Pairs of the spec's runs in the history whose directories still hold them and whose
-    results differ (older first in each pair), the most recent pairs first: the last two
-    runs, then the last with the one before those, and so on."""
+def run_pairs(
+    results_root: Path, spec_name: str, store: HistoryStore | None = None
+) -> Iterator[tuple[Path, Path]]:
+    """Pairs of the spec's runs in the history (`store`, by default the file under the
+    root) whose directories under the root still hold them and whose results differ
+    (older first in each pair), the most recent pairs first: the last two runs, then the
+    last with the one before those, and so on."""
     state = DirectoryState(results_root)
     current = [
         e
-        for e in newest_first(select(read_history(results_root), spec=spec_name))
+        for e in newest_first(select((store or FileHistory(results_root)).read(), spec=spec_name))
         if state.why_not_current(e) is None
     ]
     for i, newer in enumerate(current):
@@ -143,11 +152,13 @@ def run_pairs(results_root: Path, spec_name: str) -> Iterator[tuple[Path, Path]]
                 yield results_root / older.run_dir, results_root / newer.run_dir
 
 
-def observe_history(results_root: Path, spec_name: str) -> tuple[Observed | None, list[str]]:
+def observe_history(
+    results_root: Path, spec_name: str, store: HistoryStore | None = None
+) -> tuple[Observed | None, list[str]]:
     """The discordance of the spec's most recent two runs that pair (the same samples),
     and why the more recent pairs tried did not."""
     skipped: list[str] = []
-    for older, newer in islice(run_pairs(results_root, spec_name), TRIES):
+    for older, newer in islice(run_pairs(results_root, spec_name, store), TRIES):
         try:
             return observe(older, newer), skipped
         except NotComparable as exc:
@@ -186,19 +197,22 @@ def samples_needed(
     confidence: float = DEFAULT_CONFIDENCE,
     results: Path | str | None = None,
     repeats: int | None = None,
+    history: HistoryStore | None = None,
 ) -> list[SampleSize]:
     """The samples a paired comparison on this spec needs to detect a difference of
     `detect` in pass rate: one `SampleSize` without repeats, and one at the spec's (or
     `repeats`) repeat count when that is more than one. The discordance comes from the
-    spec's last two runs under `results` (the run history) when there are two, else it is
-    assumed. ValueError for a difference outside (0, 1) or a power or confidence outside
-    (0, 1)."""
+    spec's last two runs under `results` (the run history: `history`, by default the
+    file under `results`) when there are two, else it is assumed. ValueError for a
+    difference outside (0, 1) or a power or confidence outside (0, 1)."""
     check_power_inputs(detect, power, confidence)
     if repeats is not None and repeats < 1:
         raise ValueError(f"repeats must be at least 1, not {repeats}")
     the_spec = spec if isinstance(spec, Spec) else load_spec(spec).spec
     k = repeats if repeats is not None else the_spec.repeats
-    seen, notes = observe_history(Path(results), the_spec.name) if results else (None, [])
+    seen, notes = (
+        observe_history(Path(results), the_spec.name, history) if results else (None, [])
+    )
     discordance = seen.discordance if seen is not None else DEFAULT_DISCORDANCE
     source: Source = "observed" if seen is not None else "assumed"
     if discordance < detect:

@@ -52,8 +52,14 @@ class CacheLocation:
         return self.path is not None
 
 
-def parse_location(text: str | Path) -> CacheLocation:
-    """A location from its text; raises UsageError for a scheme not in `SCHEMES`."""
+_A_CACHE = "a cache is a file path (DuckDB) or a URL of a known scheme"
+
+
+def parse_location(
+    text: str | Path, what: str = "cache location", expected: str = _A_CACHE
+) -> CacheLocation:
+    """A location from its text; raises UsageError for a scheme not in `SCHEMES` (the
+    message calls the text `what` and says what is `expected`)."""
     if isinstance(text, Path):
         return CacheLocation(path=text)
     found = _SCHEME.match(text)
@@ -63,8 +69,7 @@ def parse_location(text: str | Path) -> CacheLocation:
     if scheme not in SCHEMES:
         accepted = ", ".join(f"{s}://" for s in SCHEMES)
         raise UsageError(
-            f"cache location {redact(text)!r}: unknown scheme {scheme!r}; a cache is a "
-            f"file path (DuckDB) or a URL of a known scheme ({accepted})"
+            f"{what} {redact(text)!r}: unknown scheme {scheme!r}; {expected} ({accepted})"
         )
     return CacheLocation(url=text)
 
@@ -73,6 +78,33 @@ def default_cache_location() -> str:
     """`GRADETRAIL_CACHE`, else the project's DuckDB file (relative to the working
     directory)."""
     return Settings.from_environment(only=("database",)).database
+
+
+# `GRADETRAIL_STORE`'s value that keeps the history and the tables on this machine.
+LOCAL_STORE = "local"
+
+
+def store_location(store: str | None, cache: str | Path) -> CacheLocation | None:
+    """Where the run history and Dagster's `scores`/`stats` tables live: the one place
+    this is decided. `store` (`GRADETRAIL_STORE`) is a postgresql:// URL, or `local`;
+    unset, the cache's database when the cache (`cache`) is a URL, so that a team
+    sharing a cache shares its history too. None is local: the history file under the
+    results root and the tables in the DuckDB file. A store that is a path is refused:
+    a history file lives under its results root, and the tables in the cache's file."""
+    if store is None or not store.strip():
+        location = parse_location(cache)
+        return None if location.is_file else location
+    if store.strip() == LOCAL_STORE:
+        return None
+    expected = f"a store is {LOCAL_STORE!r} or a URL of a known scheme"
+    location = parse_location(store, what="GRADETRAIL_STORE", expected=expected)
+    if location.is_file:
+        raise UsageError(
+            f"GRADETRAIL_STORE {store!r}: a store is a postgresql:// URL, or "
+            f"{LOCAL_STORE!r} (the history under the results root, the tables in the "
+            "DuckDB file); unset, it follows the cache"
+        )
+    return location
 
 
 def open_cache(location: str | Path | CacheLocation) -> "ResponseCache | PostgresCache":
@@ -109,17 +141,27 @@ def password_of(url: str) -> str | None:
 
 def redact(url: str) -> str:
     """`url` with its password, if any, as `***` (user part and query alike)."""
+    return _password_as(url, "***")
+
+
+def without_password(url: str) -> str:
+    """`url` with its password, if any, left out (libpq then reads `PGPASSWORD` or
+    `~/.pgpass`): for a default that is shown, as Dagster shows its resources'."""
+    return _password_as(url, None)
+
+
+def _password_as(url: str, shown: str | None) -> str:
+    """`url`, its password (user part and query) replaced by `shown`, or left out."""
     parts = urlsplit(url)
     netloc = parts.netloc
     if parts.password is not None:
         userinfo, _, host = netloc.rpartition("@")
         user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}"
+        netloc = f"{user}:{shown}@{host}" if shown is not None else f"{user}@{host}"
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         if any(name in _SECRET_PARAMS for name, _ in pairs):
-            query = urlencode(
-                [(n, "***" if n in _SECRET_PARAMS else v) for n, v in pairs], safe="*"
-            )
+            kept = [(n, shown if n in _SECRET_PARAMS else v) for n, v in pairs]
+            query = urlencode([(n, v) for n, v in kept if v is not None], safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -182,18 +182,22 @@ def _import_psycopg() -> None:
         ) from exc
 
 
-class PostgresCache:
-    """Responses in the Postgres database at `url` (tables made on first use). `where`
-    names it in messages, its password left out (`location.redact`)."""
+class PostgresDatabase:
+    """A Postgres database at `url`, its tables (`schema`, statements run once per
+    object) made on first use, its connections from this process's pool for the URL.
+    `where` names it in messages, its password left out (`location.redact`); `what` says
+    what it holds ("the cache", "the history"). The cache, the run history and Dagster's
+    tables share this, so they share one pool per server too."""
 
-    def __init__(self, url: str, *, where: str) -> None:
+    def __init__(self, url: str, *, where: str, schema: Sequence[str], what: str) -> None:
         _import_psycopg()
         self._url = url
         self.where = where
-        self._make_tables()
+        self._what = what
+        self._make_tables(schema)
         self._pool = _POOLS.get(url)
 
-    def _make_tables(self) -> None:
+    def _make_tables(self, schema: Sequence[str]) -> None:
         """On a connection of its own rather than the pool's: a wrong URL, host or
         password fails here at once, with libpq's reason (the pool would retry in the
         background until its timeout)."""
@@ -203,14 +207,16 @@ class PostgresCache:
             connect = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
             with connect as connection, connection.transaction():
                 connection.execute("SELECT pg_advisory_xact_lock(%s)", [_SCHEMA_LOCK])
-                connection.execute(RESPONSES_SCHEMA)
-                for statement in BATCH_SCHEMA:
+                for statement in schema:
                     connection.execute(statement)
-                connection.execute(EXECUTIONS_SCHEMA)
         except psycopg.Error as exc:
             raise GradetrailError(
-                f"{self.where}: cannot open the cache: {_scrub(exc, self._url)}"
+                f"{self.where}: cannot open {self._what}: {self.scrub(exc)}"
             ) from None
+
+    def scrub(self, exc: BaseException) -> str:
+        """The error's text, the URL's password left out."""
+        return _scrub(exc, self._url)
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
@@ -224,8 +230,17 @@ class PostgresCache:
                 yield connection
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise GradetrailError(
-                f"{self.where}: cannot use the database: {_scrub(exc, self._url)}"
+                f"{self.where}: cannot use the database: {self.scrub(exc)}"
             ) from None
+
+
+class PostgresCache(PostgresDatabase):
+    """Responses in the Postgres database at `url` (tables made on first use). `where`
+    names it in messages, its password left out (`location.redact`)."""
+
+    def __init__(self, url: str, *, where: str) -> None:
+        schema = [RESPONSES_SCHEMA, *BATCH_SCHEMA, EXECUTIONS_SCHEMA]
+        super().__init__(url, where=where, schema=schema, what="the cache")
 
     def cached_keys(self, keys: Sequence[str]) -> set[str]:
         found: set[str] = set()

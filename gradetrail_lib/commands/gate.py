@@ -8,7 +8,9 @@ cannot be compared on a gated scorer exit 2, never 1: a refusal is not a regress
 results root (its parent directory; `gradetrail_lib.analysis.history`): the most recent earlier
 run of the same spec and model whose results differ from the candidate's and whose
 directory still holds it. Which run it picked (and which it passed over) is printed
-first (to stderr with `--json`, where the JSON says it too).
+first (to stderr with `--json`, where the JSON says it too). With a shared store
+(`GRADETRAIL_STORE`, or the cache's URL) the history holds every machine's runs; when the
+run picked was written on another machine, the gate says where and exits 2.
 """
 
 import argparse
@@ -17,13 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradetrail_lib.analysis.history import Baseline, previous_run
+from gradetrail_lib.analysis.history import Baseline, open_history, previous_run
 from gradetrail_lib.analysis.stats import GateDecision, check_comparable, compare, gate
 from gradetrail_lib.commands.options import add_stats_options, non_negative
 from gradetrail_lib.commands.pairing import ScorerPair, pick, scorer_pairs
 from gradetrail_lib.errors import NotComparable, UsageError
 from gradetrail_lib.results.defaults import DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.results.runs import Run, distinct_labels, load_run
+from gradetrail_lib.settings import cli_settings
 from gradetrail_lib.spec.identity import records_fingerprint
 
 EXIT_OK, EXIT_REGRESSION = 0, 1
@@ -166,7 +169,9 @@ def _previous(run_dir: Path, candidate: Run) -> Baseline:
     """The baseline `--baseline previous` names: see the module docstring."""
     # The candidate's results root (as given, for the paths printed; `.` resolved).
     root = run_dir.parent if run_dir.name not in ("", ".", "..") else run_dir.resolve().parent
-    return previous_run(root, candidate.manifest, records_fingerprint(candidate))
+    settings = cli_settings()
+    store = open_history(root, store=settings.store, cache=settings.database)
+    return previous_run(root, candidate.manifest, records_fingerprint(candidate), store)
 
 
 def _say_picked(picked: Baseline, *, json_mode: bool) -> None:

@@ -2,7 +2,9 @@
 
 One line per completed run: finish time (UTC), spec/model, identity prefix, the primary
 scorer's pass rate with its interval and n, git SHA (`+dirty` for a dirty tree) and the
-run directory, marked `(replaced)` or `(gone)` when it no longer holds that run.
+run directory, marked `(replaced)` or `(gone)` when it no longer holds that run, or, from
+a shared store (`GRADETRAIL_STORE`, or the cache's URL), `(elsewhere: host:/root/dir)`
+when another machine or results root wrote it.
 """
 
 import argparse
@@ -14,9 +16,9 @@ from typing import Any
 from gradetrail_lib.analysis.history import (
     DirectoryState,
     HistoryEntry,
-    history_path,
+    elsewhere,
     newest_first,
-    read_history,
+    open_history,
     select,
 )
 from gradetrail_lib.errors import InputError
@@ -43,14 +45,16 @@ def list_command(args: argparse.Namespace) -> int:
     root: Path = args.root
     if not root.is_dir():
         raise InputError(str(root), None, None, "not a results root (no such directory)")
-    entries = newest_first(select(read_history(root), spec=args.spec, model=args.model))
+    settings = cli_settings()
+    store = open_history(root, store=settings.store, cache=settings.database)
+    entries = newest_first(select(store.read(), spec=args.spec, model=args.model))
     state = DirectoryState(root)
     if args.json:
         print(json.dumps([_json(e, root, state) for e in entries], indent=2))
         return 0
     if not entries:
         which = " matching" if args.spec or args.model else ""
-        print(f"no{which} runs recorded in {history_path(root)}", file=sys.stderr)
+        print(f"no{which} runs recorded in {store.where}", file=sys.stderr)
         return 0
     for entry in entries:
         print(_line(entry, state))
@@ -58,10 +62,9 @@ def list_command(args: argparse.Namespace) -> int:
 
 
 def _state(entry: HistoryEntry, state: DirectoryState) -> str:
-    """`current`, `replaced` (a later run of the identity is there) or `gone`."""
-    if state.why_not_current(entry) is None:
-        return "current"
-    return "gone" if state.finished_at(entry.run_dir) is None else "replaced"
+    """`current`, `replaced` (a later run of the identity is there), `gone`, or
+    `elsewhere` (written on another machine or under another root)."""
+    return state.state_of(entry)
 
 
 def _line(entry: HistoryEntry, state: DirectoryState) -> str:
@@ -69,6 +72,8 @@ def _line(entry: HistoryEntry, state: DirectoryState) -> str:
     git = (entry.git_sha or "no-git")[:10] + ("+dirty" if entry.git_dirty else "")
     where = _state(entry, state)
     mark = "" if where == "current" else f" ({where})"
+    if where == "elsewhere":
+        mark = f" (elsewhere: {elsewhere(entry)})"
     rate = entry.pass_rate.describe()
     return (
         f"{when}  {entry.label}  {entry.identity[:12]}  {entry.primary_scorer} pass {rate}  "
@@ -77,5 +82,7 @@ def _line(entry: HistoryEntry, state: DirectoryState) -> str:
 
 
 def _json(entry: HistoryEntry, root: Path, state: DirectoryState) -> dict[str, Any]:
+    # `origin` only from a shared store: the file's entries print as ever.
+    origin = {"origin": entry.origin} if entry.origin is not None else {}
     return {**entry.model_dump(mode="json"), "path": str(root / entry.run_dir),
-            "state": _state(entry, state)}  # fmt: skip
+            "state": _state(entry, state), **origin}  # fmt: skip

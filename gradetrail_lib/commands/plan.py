@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from gradetrail_lib.analysis.history import open_history
 from gradetrail_lib.analysis.sample_size import samples_needed
 from gradetrail_lib.analysis.stats.power import DEFAULT_POWER
 from gradetrail_lib.cache.location import existing_cache
@@ -103,8 +104,11 @@ def samples_command(args: argparse.Namespace) -> int:
     # --repeats is checked as for the cost (an InputError naming it, exit 2).
     spec = load_spec(args.spec).with_repeats(args.repeats).spec
     name = spec.name
+    settings = cli_settings()
+    history = open_history(args.results, store=settings.store, cache=settings.database)
     sizes = samples_needed(
-        spec, args.detect, power=args.power, confidence=args.confidence, results=args.results
+        spec, args.detect, power=args.power, confidence=args.confidence, results=args.results,
+        history=history,
     )
     if args.json:
         print(json.dumps({"spec": name, "samples_needed": [s.to_json() for s in sizes]}, indent=2))

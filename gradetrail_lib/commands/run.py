@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gradetrail_lib.analysis.calibration import summary_lines
+from gradetrail_lib.analysis.history import HistoryStore, open_history
 from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache.base import Cache
@@ -179,6 +180,9 @@ def run_command(args: argparse.Namespace) -> int:
             "--batch needs the cache file (it records the batches, so that a run killed "
             "while they run never pays for them twice): drop --no-cache"
         )
+    # Reached first, so that a store refused or out of reach fails before anything is
+    # written or called.
+    history = open_history(args.results, store=cli_settings().store, cache=args.cache)
     cache = None if args.no_cache else open_cache(args.cache)
     if args.max_cost is not None:  # before any call
         estimates = [estimate_run(p, cache, load_prices()) for job in jobs for p in job.plans]
@@ -190,7 +194,7 @@ def run_command(args: argparse.Namespace) -> int:
             if folder:
                 print(f"Spec: {job.loaded.spec.name} ({job.loaded.path})", file=out)
             try:
-                exits.append(_run_spec(job, backend, cache, args, startup_s))
+                exits.append(_run_spec(job, backend, cache, history, args, startup_s))
             except RunAborted as exc:
                 if not folder:
                     raise
@@ -291,6 +295,7 @@ def _run_spec(
     job: PlannedSpec,
     backend: Backend,
     cache: Cache | None,
+    history: HistoryStore,
     args: argparse.Namespace,
     startup_s: float,
 ) -> int:
@@ -311,6 +316,7 @@ def _run_spec(
                 resume_hint=f"run the same command again to resume them "
                 f"(`gradetrail batches --cache {cache_where(args)}` lists them)",
             ),
+            history=history,
         )
         done = run_model(eval_plan, cache, backend, args.results, options)
         any_scored = any_scored or done.summary.any_scored

@@ -8,6 +8,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+from gradetrail_lib.analysis.history import open_history
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.labels import default_labeller
 from gradetrail_lib.settings import DEFAULTS, cli_settings
@@ -65,11 +66,18 @@ def view_command(args: argparse.Namespace) -> int:
     if args.labeller is not None and not args.labeller.strip():
         raise UsageError("--labeller must not be empty")
     mode = f"labelling as {labeller!r}" if args.labels else "read-only"
+    # The history plots read the shared store when there is one (GRADETRAIL_STORE, or the
+    # cache's URL); the run directories always come from the root.
+    settings = cli_settings()
+    history = open_history(root, store=settings.store, cache=settings.database)
 
     def ready(url: str) -> None:
         print(f"Viewing {root} at {url} ({mode}; Ctrl-C to stop)", flush=True)
 
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn stops on Ctrl-C by itself
-        serve(root, args.host, args.port, on_ready=ready, labels=args.labels, labeller=labeller)
+        serve(
+            root, args.host, args.port, on_ready=ready, labels=args.labels, labeller=labeller,
+            history=history,
+        )  # fmt: skip
     print("viewer stopped", file=sys.stderr)
     return EXIT_OK

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gradetrail_lib.analysis.history import HistoryEntry, record_run
+from gradetrail_lib.analysis.history import HistoryEntry, HistoryStore, open_history, record_run
 from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
@@ -41,7 +41,7 @@ from gradetrail_lib.engine.responses import (
     look_up,
 )
 from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
-from gradetrail_lib.errors import UsageError, input_errors, one_or_all
+from gradetrail_lib.errors import GradetrailError, UsageError, input_errors, one_or_all
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ProviderError
 from gradetrail_lib.providers.pricing import PriceList, call_cost, load_prices, sum_costs
@@ -168,6 +168,9 @@ class RunOptions:
     # (targets, then judges), or the targets' only; and how the batches are waited for.
     batch: BatchMode = "off"
     batch_options: BatchOptions = field(default_factory=BatchOptions)
+    # Where the run is added to the history (`analysis.history.open_history`); None:
+    # the file under the results root.
+    history: HistoryStore | None = None
 
 
 def batch_backends(
@@ -246,7 +249,18 @@ def run_model(
         if isinstance(exc, KeyboardInterrupt):
             _interrupted(target_backend, backend)
         raise
-    entry = record_run(results_root, manifest, totals, run_dir, out.fingerprint.hexdigest())
+    try:
+        entry = record_run(
+            results_root, manifest, totals, run_dir, out.fingerprint.hexdigest(), options.history
+        )
+    except GradetrailError as exc:  # a shared store out of reach: the run itself is kept
+        spans.end(manifest)
+        raise GradetrailError(
+            f"the run is complete and its directory is in place ({run_dir}), but it was "
+            f"not added to the run history: {exc}. `gradetrail list` and `gate --baseline "
+            "previous` will not show it; run the same command again once the store is "
+            "reachable (a cached re-run makes no model call) to record it"
+        ) from None
     spans.end(manifest)
     return CompletedRun(summary, manifest, run_dir, entry, totals)
 
@@ -545,8 +559,11 @@ def run_spec(
     planned = [plan_spec(s, models or (), base_dir=base_dir, repeats=repeats) for s in sources]
     sender = build_backend(backend, concurrency=concurrency)
     response_cache = None  # not read, so not written either: each run holds its own answers
+    location = cache if cache else default_cache_location()
     if read_cache:
-        response_cache = open_cache(cache if cache else default_cache_location())
+        response_cache = open_cache(location)
+    store = Settings.from_environment(only=("store",)).store
+    history = open_history(Path(results_root), store=store, cache=location)
     done = []
     with sender.session():
         for job in planned:
@@ -556,6 +573,7 @@ def run_spec(
                     batch=mode,
                     batch_options=waits,
                     exec_cache=exec_cache,
+                    history=history,
                 )
                 done.append(
                     run_model(each, response_cache, sender, Path(results_root), options)

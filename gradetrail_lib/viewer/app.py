@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gradetrail_lib.analysis.history import HistoryStore
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.viewer.catalog import Catalog
 from gradetrail_lib.viewer.label_pages import LabelPages
@@ -138,15 +139,17 @@ def _response(page: Page) -> Response:
 
 
 def create_app(
-    root: Path, host: str = "127.0.0.1", *, labels: bool = False, labeller: str = "viewer"
-) -> ASGIApp:
+    root: Path, host: str = "127.0.0.1", *, labels: bool = False, labeller: str = "viewer",
+    history: HistoryStore | None = None,
+) -> ASGIApp:  # fmt: skip
     """The viewer over the run directories under `root`, answering as `host` (the
     address it listens on, which `bind` checks); `labels`: with the labelling queue and
-    label forms, labels written as by `labeller`."""
+    label forms, labels written as by `labeller`; `history`: the run history its plots
+    read (by default the file under `root`)."""
     names = host_names(host)
     catalog = Catalog(root)
     desk = LabelDesk(catalog.root, labeller) if labels else None
-    pages = Pages(catalog, desk)
+    pages = Pages(catalog, desk, history)
     css = viewer_css()
 
     def params(request: Request) -> dict[str, str]:
@@ -278,7 +281,7 @@ def server(app: ASGIApp) -> uvicorn.Server:
 
 def serve(
     root: Path, host: str, port: int, on_ready: Callable[[str], Any] | None = None,
-    *, labels: bool = False, labeller: str = "viewer",
+    *, labels: bool = False, labeller: str = "viewer", history: HistoryStore | None = None,
 ) -> None:  # fmt: skip
     """Serve the viewer until interrupted (Ctrl-C). `on_ready` gets the URL."""
     sock = bind(host, port)
@@ -286,4 +289,5 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     if on_ready is not None:
         on_ready(f"http://{shown}:{actual}/")
-    server(create_app(root, host, labels=labels, labeller=labeller)).run(sockets=[sock])
+    app = create_app(root, host, labels=labels, labeller=labeller, history=history)
+    server(app).run(sockets=[sock])

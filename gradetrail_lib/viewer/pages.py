@@ -14,19 +14,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import jinja2
 import numpy as np
 
 from gradetrail_lib.analysis.calibration import run_calibrations
-from gradetrail_lib.analysis.history import HistoryEntry, read_history
+from gradetrail_lib.analysis.history import FileHistory, HistoryEntry, HistoryStore
 from gradetrail_lib.analysis.stats import PairedComparison, check_comparable, compare
 from gradetrail_lib.analysis.stats.intervals import Estimate, Interval
 from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.analysis.summary import format_cost
-from gradetrail_lib.errors import InputError, NotComparable
+from gradetrail_lib.errors import GradetrailError, InputError, NotComparable
 from gradetrail_lib.report.html import (
     FAILURE_LABELS,
     FailedSample,
@@ -214,8 +213,12 @@ def _when(iso: str) -> str:
 
 
 class Pages:
-    def __init__(self, catalog: Catalog, desk: LabelDesk | None = None) -> None:
+    def __init__(
+        self, catalog: Catalog, desk: LabelDesk | None = None, history: HistoryStore | None = None
+    ) -> None:
         self.catalog = catalog
+        # The run history of the plots: the file under the root, or a shared store.
+        self.history = history or FileHistory(catalog.root)
         # With `view --labels`: the sample and failures pages carry label forms.
         self.desk = desk
         # The runs' dataset files, for each sample's reference (reference.py).
@@ -287,7 +290,7 @@ class Pages:
             model=model,
             sort=sort or "-date",
             state=state,
-            plots=_plots(shown, _history(self.catalog.root)),
+            plots=_plots(shown, _history(self.history)),
             names=[e.name for e in sorted(good, key=lambda e: e.name)],
         )
 
@@ -620,12 +623,13 @@ class SpecPlots:
     histories: list[Any] = field(default_factory=list)
 
 
-def _history(root: Path) -> list[HistoryEntry]:
-    """The run history under the root (every completed run, also those a later run of
-    the same identity replaced); empty when there is none or it cannot be read."""
+def _history(store: HistoryStore) -> list[HistoryEntry]:
+    """The run history (every completed run, also those a later run of the same identity
+    replaced); empty when there is none or it cannot be read (a shared store out of
+    reach included: the page still shows the directories)."""
     try:
-        return read_history(root)
-    except InputError:
+        return store.read()
+    except GradetrailError:
         return []
 
 

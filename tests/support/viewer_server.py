@@ -4,17 +4,25 @@ import asyncio
 import threading
 from pathlib import Path
 
+from gradetrail_lib.analysis.history import HistoryStore
 from gradetrail_lib.viewer.app import bind, create_app, server
 
 
 class Background:
     def __init__(
-        self, root: Path, host: str = "127.0.0.1", port: int = 0, *, labels: bool = False
+        self,
+        root: Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        labels: bool = False,
+        history: HistoryStore | None = None,
     ) -> None:
         self.sock = bind(host, port)
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.sock.getsockname()[1]}"
-        self.server = server(create_app(root, host, labels=labels, labeller="tester"))
+        app = create_app(root, host, labels=labels, labeller="tester", history=history)
+        self.server = server(app)
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:

@@ -463,6 +463,40 @@ def test_a_run_with_repeats_gives_intervals_over_cases(tmp_path: Path) -> None:
     assert "repeat 2" in sample
 
 
+def test_the_history_plot_reads_a_shared_store(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two machines (results roots) sharing a Postgres store: the viewer of one plots
+    both machines' runs from the store; its run directories still come from its root."""
+    from gradetrail_lib.analysis.history import open_history
+    from gradetrail_lib.cache.postgres import close_pools
+    from tests.support.fake_llm_server import FakeLLMServer
+
+    monkeypatch.setenv("GRADETRAIL_STORE", postgres_url)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.jsonl").write_text(
+        "".join(json.dumps({"id": f"s{i}", "answer": "yes"}) + "\n" for i in range(4))
+    )
+    answers = iter(["yes", "yes", "yes", "no"] + ["no"] * 4)
+    with FakeLLMServer(responder=lambda body: next(answers)) as srv:
+        (tmp_path / "s.yaml").write_text(
+            "name: nightly\ndataset: {path: data/x.jsonl}\nprompt: 'q {{ id }}'\n"
+            f'model: {{provider: openai_compatible, name: m-1, base_url: "{srv.base_url}/v1"}}\n'
+            "params: {temperature: 0, max_tokens: 4}\nscorer: {type: exact}\n"
+        )
+        for machine in ("a", "b"):
+            run_spec(tmp_path / "s.yaml", results_root=tmp_path / machine,
+                     cache=tmp_path / f"{machine}.db", read_cache=False)  # fmt: skip
+    assert not (tmp_path / "b" / ".history.jsonl").exists()
+    store = open_history(tmp_path / "b", store=postgres_url, cache="c.db")
+    with Background(tmp_path / "b", history=store) as base:
+        html = get(base, "/").text
+    assert "m-1: pass rate over 2 runs (run history)" in html
+    with Background(tmp_path / "b") as base:  # the file under the root: nothing recorded
+        assert "run history" not in get(base, "/").text
+    close_pools()
+
+
 def test_the_history_plot_shows_every_recorded_run_of_one_identity(tmp_path: Path) -> None:
     """A nightly re-run of an unchanged spec replaces its directory; the run history keeps
     both runs, and the runs page plots both."""
