@@ -8,18 +8,18 @@ from typing import Any
 import dagster as dg
 
 from gradetrail_assets.tables import DuckDBTables, PostgresTables, Tables
-from gradetrail_lib.analysis.history import HistoryStore, open_history
+from gradetrail_lib.analysis.history import HistoryStore
+from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache.location import (
     default_cache_location,
     open_cache,
     parse_location,
-    password_of,
     store_location,
-    without_password,
 )
 from gradetrail_lib.cache.postgres import PostgresCache
 from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.cache.urls import password_of, without_password
 from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, parse_batch_mode
 from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings
 

@@ -15,8 +15,8 @@ non-run entry under the root does (a shell's `results/*` lists run directories o
 
 Where the history is kept is a `HistoryStore`: that file (`FileHistory`, the default), or
 a table in Postgres (`history_postgres.PostgresHistory`) that every machine of a team
-writes and reads, chosen by `open_history` (`GRADETRAIL_STORE`, else the cache's URL:
-`cache.location.store_location`). A Postgres entry also says where its run directory
+writes and reads, chosen by `history_store.open_history` (`GRADETRAIL_STORE`, else the
+cache's URL: `cache.location.store_location`). A Postgres entry also says where its run directory
 was written (`origin`, `host:/results/root`), so a machine tells a run that is elsewhere
 from one whose directory is gone.
 """
@@ -30,7 +30,6 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gradetrail_lib.cache.location import store_location
 from gradetrail_lib.errors import (
     FIELD_WORDS,
     InputError,
@@ -154,19 +153,6 @@ class FileHistory:
 
     def read(self) -> list[HistoryEntry]:
         return read_history(self.results_root)
-
-
-def open_history(results_root: Path, *, store: str | None, cache: str | Path) -> HistoryStore:
-    """The history of runs under `results_root`: in Postgres when `store` (a URL, or
-    `local`) or else the cache location `cache` says so (`store_location`), else the
-    file under the root. A Postgres store is reached (its table made) here, so a wrong
-    URL fails before a run starts."""
-    location = store_location(store, cache)
-    if location is None:
-        return FileHistory(results_root)
-    from gradetrail_lib.analysis.history_postgres import PostgresHistory
-
-    return PostgresHistory(location.url or "", where=location.where, results_root=results_root)
 
 
 def pass_rate_of(

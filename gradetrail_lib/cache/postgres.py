@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.bursts import CacheWriter
-from gradetrail_lib.cache.location import password_of
 from gradetrail_lib.cache.responses import (
     COLUMNS,
     LOOKUP_COLUMNS,
@@ -41,6 +40,7 @@ from gradetrail_lib.cache.responses import (
     response_row,
     rows_by_key,
 )
+from gradetrail_lib.cache.urls import password_of
 from gradetrail_lib.errors import GradetrailError, UsageError
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 from gradetrail_lib.sandbox import Execution

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradetrail_lib.analysis.history import Baseline, open_history, previous_run
+from gradetrail_lib.analysis.history import Baseline, previous_run
+from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.analysis.stats import GateDecision, check_comparable, compare, gate
 from gradetrail_lib.commands.options import add_stats_options, non_negative
 from gradetrail_lib.commands.pairing import ScorerPair, pick, scorer_pairs

@@ -18,9 +18,9 @@ from gradetrail_lib.analysis.history import (
     HistoryEntry,
     elsewhere,
     newest_first,
-    open_history,
     select,
 )
+from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from gradetrail_lib.analysis.history import open_history
+from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.analysis.sample_size import samples_needed
 from gradetrail_lib.analysis.stats.power import DEFAULT_POWER
 from gradetrail_lib.cache.location import existing_cache

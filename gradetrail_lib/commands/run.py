@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from gradetrail_lib.analysis.calibration import summary_lines
-from gradetrail_lib.analysis.history import HistoryStore, open_history
+from gradetrail_lib.analysis.history import HistoryStore
+from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache.base import Cache

@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gradetrail_lib.analysis.history import HistoryEntry, HistoryStore, open_history, record_run
+from gradetrail_lib.analysis.history import HistoryEntry, HistoryStore, record_run
+from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.base import Backend
@@ -168,7 +169,7 @@ class RunOptions:
     # (targets, then judges), or the targets' only; and how the batches are waited for.
     batch: BatchMode = "off"
     batch_options: BatchOptions = field(default_factory=BatchOptions)
-    # Where the run is added to the history (`analysis.history.open_history`); None:
+    # Where the run is added to the history (`analysis.history_store.open_history`); None:
     # the file under the results root.
     history: HistoryStore | None = None
 

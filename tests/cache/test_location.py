@@ -14,10 +14,9 @@ from gradetrail_lib.cache.location import (
     existing_cache,
     open_cache,
     parse_location,
-    password_of,
-    redact,
 )
 from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.cache.urls import password_of, redact
 from gradetrail_lib.errors import GradetrailError, UsageError
 from tests.conftest import read_results, run_cli, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
