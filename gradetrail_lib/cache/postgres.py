@@ -121,6 +121,35 @@ _INSERT = (
     " ON CONFLICT (key) DO NOTHING"
 )
 
+# Postgres's text type cannot hold NUL, which a model's answer may still contain (and a
+# burst holding one would fail whole). Such a text, and any text that starts with the
+# marker so that the mapping stays one to one, is stored as the marker and its JSON
+# string, and read back as it was. Only the columns a provider's text reaches are
+# marked: the others hold JSON (which escapes NUL) or names from the spec.
+_MARKER = "\x01gradetrail-json:"
+_NAMES = [name for name, _ in COLUMNS]
+_MARKED = [_NAMES.index(name) for name in ("served_model", "text", "stop_reason")]
+_MARKED_IN_LOOKUP = [1, 2, 3]  # text, served_model, stop_reason in LOOKUP_COLUMNS
+
+
+def _stored(row: list[Any]) -> list[Any]:
+    for at in _MARKED:
+        value = row[at]
+        if isinstance(value, str) and ("\x00" in value or value.startswith(_MARKER)):
+            row[at] = _MARKER + json.dumps(value)
+    return row
+
+
+def _read(row: Sequence[Any], marked: Sequence[int]) -> Sequence[Any]:
+    if not any(isinstance(row[at], str) and row[at].startswith(_MARKER) for at in marked):
+        return row
+    out = list(row)
+    for at in marked:
+        if isinstance(out[at], str) and out[at].startswith(_MARKER):
+            out[at] = json.loads(out[at][len(_MARKER) :])
+    return out
+
+
 # Connections each process keeps to one server at most: the writer, a lookup, the batch
 # records and a few code-scorer threads at once.
 POOL_MAX = 8
@@ -261,7 +290,7 @@ class PostgresCache(PostgresDatabase):
                     f"SELECT {LOOKUP_COLUMNS} FROM responses WHERE key = ANY(%s)", [chunk]
                 ).fetchall()
                 for row in rows:
-                    found[row[0]] = response_of(row)
+                    found[row[0]] = response_of(_read(row, _MARKED_IN_LOOKUP))
         return found
 
     def put_many(self, items: Sequence[tuple[ModelRequest, ModelResponse]]) -> None:
@@ -271,7 +300,7 @@ class PostgresCache(PostgresDatabase):
         rows: dict[str, tuple[ModelRequest, ModelResponse]] = {}
         for request, response in items:  # the first of a key in the burst, as stored
             rows.setdefault(request.key, (request, response))
-        ordered = [response_row(*rows[key]) for key in sorted(rows)]
+        ordered = [_stored(response_row(*rows[key])) for key in sorted(rows)]
         arrays = [list(column) for column in zip(*ordered, strict=True)]
         with self.connection() as connection:
             connection.execute(_INSERT, arrays)
@@ -285,11 +314,11 @@ class PostgresCache(PostgresDatabase):
                 rows += connection.execute(
                     f"SELECT {names} FROM responses WHERE key = ANY(%s)", [chunk]
                 ).fetchall()
-        return rows_by_key(keys, rows)
+        return rows_by_key(keys, [_read(row, _MARKED) for row in rows])
 
     def write_rows(self, rows: Sequence[Mapping[str, Any]]) -> int:
         """Stores whole rows whose keys are not stored yet; returns how many it added."""
-        new = sorted(new_rows(rows, ()), key=lambda row: row[0])  # sorted: no deadlock
+        new = sorted(map(_stored, new_rows(rows, ())), key=lambda row: row[0])  # no deadlock
         if not new:
             return 0
         arrays = [list(column) for column in zip(*new, strict=True)]

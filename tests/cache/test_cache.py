@@ -238,3 +238,18 @@ def test_whole_rows_move_between_caches_and_only_new_keys_are_added(
     found = target.lookup(["a", "b"])
     assert (found["a"].text, found["b"].text) == ("one", "kept")
     assert found["a"].tool_calls == response.tool_calls
+
+
+def test_a_response_holding_nul_reads_back_exactly(
+    new_cache: Any,
+) -> None:
+    # Postgres's text type refuses NUL; a model may still answer one, and the answer must
+    # be kept byte for byte, as the DuckDB file keeps it, beside the burst's other answers.
+    texts = {"a": "before\x00after", "b": "plain", "c": "\x01nul:looks like an escape"}
+    with new_cache.writer() as writer:
+        for key, text in texts.items():
+            writer.put(*item(key, text))
+    found = new_cache.lookup(list(texts))
+    assert {k: r.text for k, r in found.items()} == texts
+    moved = new_cache.read_rows(["a"])
+    assert moved[0]["text"] == texts["a"]
