@@ -17,6 +17,7 @@ from gradetrail_assets.automation import (
     build_release_sensor,
 )
 from gradetrail_assets.discovery import discover, specs_dir
+from gradetrail_assets.executors import executor_from_environment
 from gradetrail_assets.factory import SpecGraph, build_spec_graph
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from gradetrail_lib.errors import InputError, InputErrors
@@ -74,6 +75,7 @@ def build_definitions(
             "gradetrail": settings,
             "duckdb": DuckDBResource(database=settings.tables_database()),
         },
+        executor=executor_from_environment(),
     )
 
 
