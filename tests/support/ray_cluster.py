@@ -91,16 +91,16 @@ def two_node_cluster(cpus_per_node: int = 1) -> Iterator[RayCluster]:
         "temp_dir": temp_dir,
         "object_store_memory": 80 * 1024 * 1024,
     }
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            **common,
-            "include_dashboard": True,
-            "dashboard_host": "127.0.0.1",
-            "dashboard_port": dashboard_port,
-        },
-    )
+    # The head (with the job server), then a worker node; whatever started is stopped and
+    # the folder removed, even when a node fails to start.
+    cluster = Cluster()
     try:
+        cluster.add_node(
+            **common,
+            include_dashboard=True,
+            dashboard_host="127.0.0.1",
+            dashboard_port=dashboard_port,
+        )
         cluster.add_node(**common)
         cluster.wait_for_nodes()
         env = {name: os.environ[name] for name in CLUSTER_ENV if name in os.environ}
