@@ -16,6 +16,7 @@ from gradetrail_assets.automation import (
     build_release_sensor,
 )
 from gradetrail_assets.discovery import discover, specs_dir
+from gradetrail_assets.executors import executor_from_environment
 from gradetrail_assets.factory import SpecGraph, build_spec_graph
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from gradetrail_lib.errors import InputError, InputErrors
@@ -71,6 +72,7 @@ def build_definitions(
         ],
         # The tables (DuckDB or Postgres) come from the gradetrail resource's `tables()`.
         resources={"gradetrail": settings},
+        executor=executor_from_environment(),
     )
 
 

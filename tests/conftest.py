@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import dagster as dg
 
     from tests.support.postgres import PostgresServer
+    from tests.support.ray_cluster import RayCluster
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -145,3 +146,18 @@ def postgres_server() -> Iterator["PostgresServer"]:
 def postgres_url(postgres_server: "PostgresServer") -> str:
     """The URL of a fresh, empty database on the session's Postgres."""
     return postgres_server.create_database()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator["RayCluster"]:
+    """A throwaway two-node Ray cluster on this machine (tests/support/ray_cluster.py), with
+    the job server that Dagster's Ray executor submits its steps to."""
+    from tests.support.ray_cluster import REQUIRED, ray_cluster_problem, two_node_cluster
+
+    problem = ray_cluster_problem()
+    if problem is not None:
+        if REQUIRED:
+            pytest.fail(f"a Ray cluster is required (GRADETRAIL_REQUIRE_RAY=1) but {problem}")
+        pytest.skip(problem)
+    with two_node_cluster() as cluster:
+        yield cluster

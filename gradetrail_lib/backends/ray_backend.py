@@ -224,8 +224,9 @@ def _prepare_local_auth() -> None:
         os.environ[AUTH_TOKEN_ENV] = secrets.token_hex(32)
 
 
-def start_local_cluster(num_cpus: int = 2) -> ModuleType:
-    """Start a loopback-only, token-protected local Ray cluster and connect to it."""
+def prepare_local_cluster() -> ModuleType:
+    """`ray`, set up for a cluster this process starts: loopback only, token auth (the
+    token in the environment, which the cluster's processes inherit)."""
     imported_before = "ray" in sys.modules
     _prepare_local_auth()  # before the import: Ray reads RAY_AUTH_MODE when loaded
     ray = _import_ray(loopback=True)
@@ -234,6 +235,12 @@ def start_local_cluster(num_cpus: int = 2) -> ModuleType:
         # (and the token loader's cache) so that this process sees the mode too.
         ray._raylet.Config.initialize("")
         ray._raylet.AuthenticationTokenLoader.instance().reset_cache()
+    return ray
+
+
+def start_local_cluster(num_cpus: int = 2) -> ModuleType:
+    """Start a loopback-only, token-protected local Ray cluster and connect to it."""
+    ray = prepare_local_cluster()
     ray.init(
         address="local",  # never RAY_ADDRESS: the caller decided to start one
         num_cpus=num_cpus,
