@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 
 import dagster as dg
 
-from gradetrail_lib.cache.location import password_of
+from gradetrail_lib.cache.urls import password_of
 from gradetrail_lib.errors import UsageError
 
 log = logging.getLogger("gradetrail_assets")

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from itertools import islice
+from pathlib import Path
 from typing import Any, Protocol
 
 import duckdb
@@ -191,6 +192,10 @@ class DuckDBTables:
 
     def __init__(self, database: str) -> None:
         self.where = database
+        # The default file's folder (`.gradetrail/`) may not exist yet where the cache is
+        # elsewhere (a Postgres cache with a local store): DuckDB would not make it.
+        if database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
         self._resource = DuckDBResource(database=database)
 
     def replace_partition(

@@ -111,9 +111,6 @@ def test_two_partitions_at_once_store_every_answer_once_in_the_postgres_cache(
         specs = write_project(tmp_path, f"{server.base_url}/v1")
         with pg_instance(dagster_home) as instance:
             instance.add_dynamic_partitions("add__models", list(MODELS))
-        # With a Postgres cache the scores and stats tables stay in the default DuckDB
-        # file, whose folder nothing creates yet (left to the tables' move to Postgres).
-        (tmp_path / ".gradetrail").mkdir()
         env = {
             **dagster_home,
             "GRADETRAIL_DAGSTER_EXECUTOR": "multiprocess",
