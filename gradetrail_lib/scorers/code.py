@@ -111,6 +111,12 @@ def _last_exception(stderr: str) -> tuple[str, str] | None:
     found = re.match(
         r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)?)(?::\s?(.*))?$", lines[-1]
     )
+    if found is None:
+        # A program's processes (a fork's children) may write their tracebacks at once, so
+        # the last line can be a piece of another's: the last whole exception line speaks
+        # for them.
+        named = r"^([A-Za-z_][\w.]*(?:Error|Exception)):\s?(.*)$"
+        found = next((m for x in reversed(lines) if (m := re.match(named, x))), None)
     if found is None or not any("Traceback" in line or "File " in line for line in lines):
         return None
     return found.group(1), found.group(2) or ""

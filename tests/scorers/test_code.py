@@ -249,3 +249,28 @@ def test_a_rescore_runs_no_program_and_no_exec_cache_runs_them_again(
     spec = project(tmp_path, rows, "{type: code, timeout_s: 6}")
     run_spec(spec, results_root=tmp_path / "r", cache=cache)
     assert len(ran) == 6
+
+
+def test_a_reason_is_read_from_interleaved_tracebacks_of_a_programs_processes() -> None:
+    from gradetrail_lib.scorers.code import _last_exception
+
+    # A fork bomb's children write their tracebacks at once: the last line may be a piece
+    # of another's traceback, and the last whole exception line names what happened.
+    stderr = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/main.py", line 3, in <module>\n'
+        "BlockingIOError: [Errno 11] Resource temporarily unavailable\n"
+        "Traceback (most recent call last):\n"
+        '  File "/work/main.py", line 3, in <mod'
+    )
+    assert _last_exception(stderr) == (
+        "BlockingIOError",
+        "[Errno 11] Resource temporarily unavailable",
+    )
+    # A traceback whose last line is whole is read as before; output that is no
+    # traceback names no exception.
+    assert _last_exception("Traceback (most recent call last):\nValueError: x") == (
+        "ValueError",
+        "x",
+    )
+    assert _last_exception("hello\nValueError: printed, not raised") is None
