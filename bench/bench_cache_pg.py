@@ -94,9 +94,21 @@ def writers(count: int, n: int, fresh: Fresh, work: Path, server_dir: Path) -> s
         started = time.perf_counter()
         procs = [
             subprocess.Popen(
-                [*GRADETRAIL, "run", str(spec), "--concurrency", "16", "--cache", location,
-                 "--results", str(case / f"r{i}")],
-                cwd=case, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                [
+                    *GRADETRAIL,
+                    "run",
+                    str(spec),
+                    "--concurrency",
+                    "16",
+                    "--cache",
+                    location,
+                    "--results",
+                    str(case / f"r{i}"),
+                ],
+                cwd=case,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
             )  # fmt: skip
             for i in range(count)
         ]

@@ -403,7 +403,11 @@ def graded_null(pairs: int) -> Simulate:
 
 
 def judged_run(
-    rng: np.random.Generator, runs: int, records: int, p: float, sensitivity: float,
+    rng: np.random.Generator,
+    runs: int,
+    records: int,
+    p: float,
+    sensitivity: float,
     specificity: float,
 ) -> tuple[Any, Any]:
     """`runs` runs of `records` records, each passing with chance `p` (the truth), and a
@@ -499,8 +503,10 @@ def kappa_interval(labelled: int, p: float, sensitivity: float, specificity: flo
         intervals = []
         for t, j in zip(truth, judged, strict=True):
             confusion = Confusion(
-                tp=int((t & j).sum()), fp=int((~t & j).sum()),
-                fn=int((t & ~j).sum()), tn=int((~t & ~j).sum()),
+                tp=int((t & j).sum()),
+                fp=int((~t & j).sum()),
+                fn=int((t & ~j).sum()),
+                tn=int((~t & ~j).sum()),
             )
             kappa = cohen_kappa(confusion, CONFIDENCE)
             if kappa.low is None or kappa.high is None:  # one class only: nothing printed

@@ -168,9 +168,7 @@ def main() -> None:
                 f"  cold run:   peak RSS {cold_rss / MB:.0f} MB (target <= 300); "
                 f"wall {cold_wall:.1f} s"
             )
-            print(
-                f"  cached run: peak RSS {sum(warm_peaks) / MB:.0f} MB (target <= 300)"
-            )
+            print(f"  cached run: peak RSS {sum(warm_peaks) / MB:.0f} MB (target <= 300)")
             print(
                 f"  cached run wall {warm:.2f} s, --version {version:.2f} s: "
                 f"{warm - version:.2f} s past it, {warm / version:.1f}x; "

@@ -41,7 +41,18 @@ from gradetrail_lib.errors import (
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 COMMANDS = [
-    run, plan, list_runs, compare, gate, cost, report, retrieval, calibrate, labels, view, batches,
+    run,
+    plan,
+    list_runs,
+    compare,
+    gate,
+    cost,
+    report,
+    retrieval,
+    calibrate,
+    labels,
+    view,
+    batches,
     bundle,
 ]
 

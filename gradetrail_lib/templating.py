@@ -79,9 +79,9 @@ class Template:
         """Whether it renders the same text for every sample (it reads no field)."""
         if self._parts is not None:
             return not self._names
-        return not jinja2.meta.find_undeclared_variables(self._template.environment.parse(
-            self._source
-        ))
+        return not jinja2.meta.find_undeclared_variables(
+            self._template.environment.parse(self._source)
+        )
 
     def render(self, sample: Sample, dataset_path: str) -> str:
         if self._parts is not None:

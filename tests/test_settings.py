@@ -122,9 +122,7 @@ def test_the_cli_reads_the_batch_variables(monkeypatch: pytest.MonkeyPatch) -> N
     assert (args.batch, args.batch_timeout) == ("targets", 7200.0)
 
 
-def test_the_resource_opens_the_cache_its_database_names(
-    tmp_path: Path, postgres_url: str
-) -> None:
+def test_the_resource_opens_the_cache_its_database_names(tmp_path: Path, postgres_url: str) -> None:
     from gradetrail_lib.cache.postgres import PostgresCache, close_pools
     from gradetrail_lib.cache.responses import ResponseCache
 

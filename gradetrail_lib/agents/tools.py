@@ -31,7 +31,6 @@ from gradetrail_lib.spec.tools import ToolConfig
 SCRIPTED_FIELD = "tool_results"
 
 
-
 @dataclass
 class ToolOutcome:
     content: str

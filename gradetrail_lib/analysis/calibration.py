@@ -584,9 +584,7 @@ def compare_corrected(
     why = None
     if difference is None:
         missing = [
-            name
-            for name, c in (("A", a), ("B", b))
-            if c is None or c.corrected_pass_rate is None
+            name for name, c in (("A", a), ("B", b)) if c is None or c.corrected_pass_rate is None
         ]
         why = f"run {' and '.join(missing)} has no corrected pass rate"
     return CorrectedComparison(scorer=scorer, a=a, b=b, difference=difference, why_not=why)

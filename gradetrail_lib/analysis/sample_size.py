@@ -210,9 +210,7 @@ def samples_needed(
         raise ValueError(f"repeats must be at least 1, not {repeats}")
     the_spec = spec if isinstance(spec, Spec) else load_spec(spec).spec
     k = repeats if repeats is not None else the_spec.repeats
-    seen, notes = (
-        observe_history(Path(results), the_spec.name, history) if results else (None, [])
-    )
+    seen, notes = observe_history(Path(results), the_spec.name, history) if results else (None, [])
     discordance = seen.discordance if seen is not None else DEFAULT_DISCORDANCE
     source: Source = "observed" if seen is not None else "assumed"
     if discordance < detect:

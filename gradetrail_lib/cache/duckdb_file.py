@@ -63,9 +63,7 @@ class _Attachments:
             self._instance = duckdb.connect(":memory:", config={"threads": 1})
         return self._instance
 
-    def acquire(
-        self, path: str, alias: str, read_only: bool = False
-    ) -> duckdb.DuckDBPyConnection:
+    def acquire(self, path: str, alias: str, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         """A new connection with `path` attached as `alias` and in use; raises on a lock."""
         with self._lock:
             instance = self._current()

@@ -32,7 +32,6 @@ SCHEMES = {"postgresql": "postgres", "postgres": "postgres"}
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class CacheLocation:
     """A parsed location: a DuckDB file (`path`) or a Postgres URL (`url`)."""

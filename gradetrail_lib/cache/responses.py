@@ -231,14 +231,18 @@ class ResponseCache:
             connection.execute("BEGIN TRANSACTION")
             try:
                 wanted = [str(row["key"]) for row in rows]
-                held = {
-                    found[0]
-                    for found in connection.execute(
-                        f"SELECT DISTINCT r.key FROM responses r JOIN ({_KEYS_TABLE}) w"
-                        " ON r.key = w.key",
-                        {"keys": _key_list(wanted)},
-                    ).fetchall()
-                } if wanted else set()
+                held = (
+                    {
+                        found[0]
+                        for found in connection.execute(
+                            f"SELECT DISTINCT r.key FROM responses r JOIN ({_KEYS_TABLE}) w"
+                            " ON r.key = w.key",
+                            {"keys": _key_list(wanted)},
+                        ).fetchall()
+                    }
+                    if wanted
+                    else set()
+                )
                 new = new_rows(rows, held)
                 insert_rows(connection, "responses", COLUMNS, new)
                 connection.execute("COMMIT")

@@ -93,9 +93,7 @@ def plan_command(args: argparse.Namespace) -> int:
     for e in estimates:
         print(format_plan(e), file=sys.stdout)
     if len(estimates) > 1:
-        print(
-            f"Worst case, every model: {format_usd(worst)}; by batch: {format_usd(batch_worst)}"
-        )
+        print(f"Worst case, every model: {format_usd(worst)}; by batch: {format_usd(batch_worst)}")
     return EXIT_OK
 
 
@@ -107,7 +105,11 @@ def samples_command(args: argparse.Namespace) -> int:
     settings = cli_settings()
     history = open_history(args.results, store=settings.store, cache=settings.database)
     sizes = samples_needed(
-        spec, args.detect, power=args.power, confidence=args.confidence, results=args.results,
+        spec,
+        args.detect,
+        power=args.power,
+        confidence=args.confidence,
+        results=args.results,
         history=history,
     )
     if args.json:

@@ -355,9 +355,7 @@ class BatchSender:
         self._open[record.submission] = record.batch_id or record.submission
         if record.submission not in self._own:
             where = record.batch_id or f"claim {record.submission}"
-            self.options.notify(
-                f"batch {where}: already submitted ({len(keys)} of these requests)"
-            )
+            self.options.notify(f"batch {where}: already submitted ({len(keys)} of these requests)")
         return flight
 
     # -- waiting and reading

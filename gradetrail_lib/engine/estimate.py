@@ -388,9 +388,7 @@ def sent_by_batch(mode: str) -> ByBatch:
     return by_batch
 
 
-def total_worst_case(
-    plans: Sequence[ModelPlan], *, batch: bool | ByBatch = False
-) -> float | None:
+def total_worst_case(plans: Sequence[ModelPlan], *, batch: bool | ByBatch = False) -> float | None:
     """The worst case of every plan's misses, sent synchronously or by `batch`."""
     return sum_costs([p.worst(batch=batch) for p in plans])
 

@@ -163,8 +163,12 @@ class RunPlan:
 
 
 def _check_samples(
-    loaded: LoadedSpec, dataset: Dataset, renderer: PromptRenderer, builder: RequestBuilder,
-    scorers: list[Scorer], toolbox: Toolbox | None = None,
+    loaded: LoadedSpec,
+    dataset: Dataset,
+    renderer: PromptRenderer,
+    builder: RequestBuilder,
+    scorers: list[Scorer],
+    toolbox: Toolbox | None = None,
 ) -> int:
     """Every sample of the dataset read and checked: it renders, its request builds, every
     scorer can score it; the number of samples. Raises every input error found (the first

@@ -156,9 +156,7 @@ class RecordBuilder:
         if self._stage is not None:
             self._stage.cancel()
 
-    def parts(
-        self, responses: Responses, size: int = PART_ITEMS
-    ) -> Iterator[list[TraceRecord]]:
+    def parts(self, responses: Responses, size: int = PART_ITEMS) -> Iterator[list[TraceRecord]]:
         """Every record of the batch, in order, `size` at a time, each part scored (once
         every scorer call is back). `responses` is what the responses step pushed here,
         and the errors of the requests it could not answer."""
@@ -167,9 +165,7 @@ class RecordBuilder:
         for start in range(0, len(items), size):
             yield self._part(range(start, min(start + size, len(items))), responses, calls)
 
-    def _part(
-        self, positions: range, responses: Responses, calls: Responses
-    ) -> list[TraceRecord]:
+    def _part(self, positions: range, responses: Responses, calls: Responses) -> list[TraceRecord]:
         """The records at `positions`, scored (`calls`: the scorers' calls' outcomes)."""
         items = self.plan.items
         records: list[TraceRecord] = []

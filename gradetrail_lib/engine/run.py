@@ -576,7 +576,5 @@ def run_spec(
                     exec_cache=exec_cache,
                     history=history,
                 )
-                done.append(
-                    run_model(each, response_cache, sender, Path(results_root), options)
-                )
+                done.append(run_model(each, response_cache, sender, Path(results_root), options))
     return done

@@ -126,9 +126,7 @@ class CallStage:
         self.results.cache_hits.update(found)
         return [r for r in requests if r.key not in found]
 
-    def _on_result(
-        self, writer: Writer, request: ModelRequest, outcome: Outcome
-    ) -> None:
+    def _on_result(self, writer: Writer, request: ModelRequest, outcome: Outcome) -> None:
         self.results.take(request, outcome, writer)
 
     # -- not pipelined

@@ -87,9 +87,7 @@ def _turn(message: Message) -> Message:
     return message
 
 
-def mark_prompt_cache(
-    body: dict[str, Any], messages: list[Message], mark: PromptCacheMark
-) -> None:
+def mark_prompt_cache(body: dict[str, Any], messages: list[Message], mark: PromptCacheMark) -> None:
     """Puts `cache_control` on the last message every sample shares (`mark.messages` of
     the neutral messages): the system text when that message is a system one, otherwise
     its turn's last content block (a text's content becomes one text block)."""

@@ -45,6 +45,10 @@ PROVIDER_MODULES = (
 )
 
 
+# An in-process provider's answer for a sample, given the messages so far.
+SampleAnswer = Callable[["ModelConfig", "Sample", str, "Sequence[Message]"], "ScriptedAnswer"]
+
+
 @dataclass(frozen=True)
 class RefusedParam:
     """A sampling parameter (a `Params` field) that a provider's API does not take: a
@@ -123,9 +127,7 @@ class Provider:
     # In-process providers: the answer for a sample (an InputError when the sample cannot
     # give one; it enters the request key), and the response to a request.
     # `messages` so far (an agent's script answers by turn; see `scripted`).
-    sample_answer: (
-        "Callable[[ModelConfig, Sample, str, Sequence[Message]], ScriptedAnswer] | None"
-    ) = None
+    sample_answer: "SampleAnswer | None" = None
     respond: "Callable[[ModelRequest], ModelResponse] | None" = None
     # Its batch API (`providers.batch`), when it has one: `run --batch` sends its cache
     # misses that way.

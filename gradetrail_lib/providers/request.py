@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 KEY_VERSION = 1
 
+
 def request_params(params: Params) -> dict[str, Any]:
     """The params of the request key and of the request sent (`cache` is neither)."""
     unsent = {"extra", *UNKEYED_PARAMS}

@@ -14,9 +14,7 @@ import re
 
 # U+061C, U+200E/F, U+202A-U+202E and U+2066-U+2069: the bidirectional marks,
 # embeddings, overrides and isolates; and the C0 controls but tab, LF and CR, and DEL.
-_HIDDEN = re.compile(
-    "[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
-)
+_HIDDEN = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # What Markdown (CommonMark with GitHub's tables, strikethrough and autolinks, as the
 # Dagster UI renders it) reads as syntax within a line: emphasis, code, links and
 # images, raw HTML and entities, table cells, strikethrough, and e-mail autolinks (`@`);

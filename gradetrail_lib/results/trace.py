@@ -428,7 +428,6 @@ class RecordWriter:
         # took 0.19 s of system calls, with 1 MiB 0.04 s (docs/performance.md).
         self._out = open(path, "wb", buffering=WRITE_BUFFER)  # noqa: SIM115 (closed by close() / __exit__)
 
-
     def write(self, records: Iterable[TraceRecord]) -> None:
         """Records, a line each (a part of a batch at a time: joined, one write)."""
         self._out.write(b"".join([record_json(record) + b"\n" for record in records]))

@@ -106,9 +106,6 @@ def spec_requests_hash(loaded: LoadedSpec) -> str:
     return hash_json(sorted(requests_hash(loaded, m) for m in loaded.spec.models))
 
 
-
-
-
 class RecordsFingerprint:
     """A content hash of scored records (the scores step's data version), taken one
     record at a time as a run writes them."""

@@ -46,9 +46,7 @@ def sample_href(run: str, sample_id: str, repeat: int = 0) -> str:
 
 
 def sample_raw_href(run: str, sample_id: str, repeat: int = 0) -> str:
-    return f"/run/{segment(run)}/sample/{segment(sample_id)}" + query(
-        {"repeat": repeat, "raw": 1}
-    )
+    return f"/run/{segment(run)}/sample/{segment(sample_id)}" + query({"repeat": repeat, "raw": 1})
 
 
 def diff_href(run_a: str, run_b: str, params: Params | None = None) -> str:

@@ -206,8 +206,10 @@ def test_a_bad_builtin_entry_is_refused_with_file_line_and_field(
         load_spec(spec)
     error = raised.value
     assert message in str(error)
-    assert error.path.endswith("t.yaml") and error.line == 8 and (error.field or "").startswith(
-        "tools"
+    assert (
+        error.path.endswith("t.yaml")
+        and error.line == 8
+        and (error.field or "").startswith("tools")
     )
     done = run_cli("run", str(spec), "--results", "r", "--cache", "c.db", cwd=tmp_path)
     assert done.returncode != 0 and "t.yaml:8" in done.stderr

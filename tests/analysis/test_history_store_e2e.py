@@ -133,9 +133,7 @@ def test_a_store_out_of_reach_fails_before_anything_is_written(
     assert not (tmp_path / "results").exists() and not (tmp_path / "c.duckdb").exists()
 
 
-def test_a_store_lost_at_the_end_keeps_the_run_directory(
-    tmp_path: Path, postgres_url: str
-) -> None:
+def test_a_store_lost_at_the_end_keeps_the_run_directory(tmp_path: Path, postgres_url: str) -> None:
     store = PostgresHistory(postgres_url, where="the store", results_root=tmp_path / "results")
     import psycopg  # (here: the fixture skips the test where it is not installed)
 

@@ -53,9 +53,21 @@ def test_processes_and_threads_running_one_spec_store_every_answer_once(
         env = {**os.environ, "GRADETRAIL_CACHE": postgres_url}
         started = [
             subprocess.Popen(
-                [sys.executable, "-m", "gradetrail_lib.cli", "run", str(spec),
-                 "--results", f"p{i}", "--concurrency", "8"],
-                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                [
+                    sys.executable,
+                    "-m",
+                    "gradetrail_lib.cli",
+                    "run",
+                    str(spec),
+                    "--results",
+                    f"p{i}",
+                    "--concurrency",
+                    "8",
+                ],
+                cwd=tmp_path,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
             )  # fmt: skip
             for i in range(processes)
@@ -159,12 +171,12 @@ def test_concurrent_claims_on_the_same_keys_claim_each_key_once(postgres_url: st
 
 def test_processes_opening_an_empty_database_at_once_all_succeed(postgres_url: str) -> None:
     code = (
-        "import sys; from gradetrail_lib.cache.location import open_cache; "
-        "open_cache(sys.argv[1])"
+        "import sys; from gradetrail_lib.cache.location import open_cache; open_cache(sys.argv[1])"
     )
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, postgres_url], stderr=subprocess.PIPE,
-                         text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", code, postgres_url], stderr=subprocess.PIPE, text=True
+        )  # fmt: skip
         for _ in range(6)
     ]
     for proc in procs:

@@ -150,8 +150,7 @@ def test_a_full_results_disk_fails_in_one_line_and_keeps_the_previous_run(
     # The re-run of the same identity fails: exit 1, one line, the folder named.
     assert full["returncode"] == 1, full["stdout"] + full["stderr"]
     assert full["stderr"] == (
-        f"error: no space left on device writing to {root}; free some space there and "
-        "run again\n"
+        f"error: no space left on device writing to {root}; free some space there and run again\n"
     )
     assert "Traceback" not in full["stderr"] and "Run: " not in full["stdout"]
     # Nothing changed: the previous run directory (same bytes, same inode: it was not
@@ -225,8 +224,7 @@ def test_disk_full_is_found_in_the_context_and_names_the_file() -> None:
     found = disk_full(outer)
     assert found is outer
     assert disk_full_message(found, Path("/r")) == (
-        "no space left on device writing to /r/x/results.jsonl; free some space there and "
-        "run again"
+        "no space left on device writing to /r/x/results.jsonl; free some space there and run again"
     )
     wrapped = RuntimeError("closing")
     wrapped.__context__ = OSError(errno.EDQUOT, "quota")

@@ -64,9 +64,7 @@ def test_a_malformed_dataset_writes_nothing(
     spoil, message = BAD_DATASETS[case]
     spoil(tmp_path)
     results, cache = tmp_path / "results", tmp_path / "cache.duckdb"
-    done = run_cli(
-        "run", str(spec), "--results", str(results), "--cache", str(cache), cwd=tmp_path
-    )
+    done = run_cli("run", str(spec), "--results", str(results), "--cache", str(cache), cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
     assert "Traceback" not in done.stderr
@@ -79,9 +77,7 @@ def test_a_malformed_spec_writes_nothing(tmp_path: Path) -> None:
     spec = project(tmp_path, "http://127.0.0.1:9")
     spec.write_text(spec.read_text().replace("scorer: {type: numeric}", "scorer: {type: nope}"))
     results, cache = tmp_path / "results", tmp_path / "cache.duckdb"
-    done = run_cli(
-        "run", str(spec), "--results", str(results), "--cache", str(cache), cwd=tmp_path
-    )
+    done = run_cli("run", str(spec), "--results", str(results), "--cache", str(cache), cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "spec.yaml:" in done.stderr and "scorer" in done.stderr
     assert not results.exists()
@@ -146,7 +142,5 @@ def test_a_duplicate_id_in_a_fully_cached_run_leaves_the_last_run_as_it_was(
     append(tmp_path, head)  # its request is cached: the cache answers every sample
     with pytest.raises(InputError, match="duplicate id 's000'"):
         run_spec(spec, results_root=tmp_path / "r", cache=cache)
-    assert sorted(p.name for p in (tmp_path / "r").iterdir() if p.is_dir()) == [
-        first.run_dir.name
-    ]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir() if p.is_dir()) == [first.run_dir.name]
     assert (first.run_dir / "results.jsonl").read_bytes() == results

@@ -198,9 +198,7 @@ def test_calls_judging_responses_to_come_are_noted_once_for_the_whole_run(
         + JUDGE.format(url="http://127.0.0.1:9/v1")
     )
     loaded = load_spec(spec)
-    estimated = estimate_run(
-        plan(loaded, loaded.spec.models[0]), None, load_prices()
-    )
+    estimated = estimate_run(plan(loaded, loaded.spec.models[0]), None, load_prices())
     (judge,) = estimated.scorers
     assert judge.pending == judge.misses == n
     note = f"{n} of the calls judge target responses still to come"

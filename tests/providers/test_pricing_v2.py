@@ -130,9 +130,7 @@ def test_a_tier_applies_to_the_whole_call_once_its_input_exceeds_the_threshold()
     assert above == pytest.approx(200_001 * 2.5 / M)  # every token at the higher rate
     assert prices.cost("gemini", "gemini-2.5-pro", 300_000, M) == pytest.approx(0.75 + 15.0)
     # The threshold counts cached input too, and the tier has its own cache rate.
-    cached = prices.cost(
-        "anthropic", "claude-sonnet-4-5", 300_000, 0, cached_input_tokens=200_000
-    )
+    cached = prices.cost("anthropic", "claude-sonnet-4-5", 300_000, 0, cached_input_tokens=200_000)
     assert cached == pytest.approx((100_000 * 6.0 + 200_000 * 0.6) / M)
     # A batch discounts the tier's rates.
     batch = prices.cost("gemini", "gemini-2.5-pro", 300_000, M, batch=True)
@@ -154,7 +152,10 @@ def test_explicit_batch_rates_and_a_user_file(tmp_path: Path) -> None:
             tmp_path,
             {
                 "openai/gpt-x": {
-                    "input": 2.0, "output": 8.0, "batch_input": 1.5, "batch_output": 4.0,
+                    "input": 2.0,
+                    "output": 8.0,
+                    "batch_input": 1.5,
+                    "batch_output": 4.0,
                     "cache_read_input": 0.5,
                     "tiers": [{"above_input_tokens": 1000, "input": 4.0}],
                 }

@@ -224,9 +224,7 @@ def test_two_specs_differing_only_in_cache_share_keys_and_identity(tmp_path: Pat
     assert spec_hash(plain) == spec_hash(cached)
     assert requests_hash(plain, model) == requests_hash(cached, cached.spec.models[0])
     # The marker travels apart: after the system message, which every sample shares.
-    assert {i.request.prompt_cache for i in cached_items} == {
-        PromptCacheMark(messages=1, ttl="1h")
-    }
+    assert {i.request.prompt_cache for i in cached_items} == {PromptCacheMark(messages=1, ttl="1h")}
     assert {i.request.prompt_cache for i in plain_items} == {None}
     assert "cache" not in cached_items[0].request.params
     # A param that changes the answer does change the key.

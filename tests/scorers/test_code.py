@@ -239,6 +239,7 @@ def test_a_rescore_runs_no_program_and_no_exec_cache_runs_them_again(
     assert len(ran) == 2 and (tmp_path / "c.db.exec.sqlite").exists()
     (second,) = run_spec(spec, results_root=tmp_path / "r", cache=cache)
     assert len(ran) == 2  # nothing ran: every execution came from the cache
+
     def scored(run: object) -> list[tuple[str, float | None, str]]:
         return [(r.id, r.scores["score"].score, r.scores["score"].reason) for r in run.records]  # type: ignore[attr-defined]
 

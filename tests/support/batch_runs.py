@@ -58,5 +58,6 @@ def serve_batches() -> Iterator[FakeLLMServer]:
         srv.batches.delay_s = 0.1
         yield srv
 
+
 # The Dagster partition of the project's target.
 MODEL_PARTITION = TARGET

@@ -1099,8 +1099,13 @@ def _completion_reply(
         words = words[: max(room or 0, 0)]
         text = " ".join(words)
     prompt_tokens = _prompt_words(body)
-    completion_tokens = reasoning + len(words) + sum(
-        len(name.split()) + len(json.dumps(arguments).split()) for _, name, arguments in tool_calls
+    completion_tokens = (
+        reasoning
+        + len(words)
+        + sum(
+            len(name.split()) + len(json.dumps(arguments).split())
+            for _, name, arguments in tool_calls
+        )
     )
     gemini = _GEMINI_PATH_RE.match(path)
     if gemini:  # the model is in the path, not the body
