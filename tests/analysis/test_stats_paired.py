@@ -213,3 +213,17 @@ def test_gate_passes_a_drop_exactly_at_the_threshold_and_fails_a_hair_more() -> 
     assert not failed.passed
     assert failed.explanation.startswith("FAIL:")
     assert "exceeds the allowed 0.25 and the interval excludes zero" in failed.explanation
+
+
+def test_mcnemar_exact_equals_scipys_binomtest() -> None:
+    """The exact McNemar p is the binomial tail doubled (the binomial(n, 1/2) is
+    symmetric); held equal to scipy's two-sided binomtest over a grid of counts."""
+    from scipy.stats import binomtest
+
+    for a in range(0, 40, 3):
+        for b in range(0, 40, 4):
+            if a + b == 0:
+                continue
+            expected = binomtest(a, a + b, 0.5).pvalue
+            assert mcnemar_exact(a, b) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert mcnemar_exact(510, 490) == pytest.approx(binomtest(510, 1000, 0.5).pvalue, rel=1e-9)

@@ -221,9 +221,14 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     discordant = a_only + b_only
     if discordant == 0:
         return 1.0
-    from scipy.stats import binomtest  # scipy only where needed: see stats.intervals
+    # The binomial(n, 1/2) is symmetric, so scipy's two-sided binomtest p (the outcomes
+    # no more likely than the one seen) is twice the smaller tail; the tail is the
+    # binomial cdf, a few microseconds where binomtest takes a millisecond (a ranking
+    # runs a test per pair; tests hold the two equal). scipy.special, not scipy.stats,
+    # whose import costs a second (see stats.intervals).
+    from scipy.special import bdtr
 
-    return float(binomtest(a_only, discordant, 0.5).pvalue)
+    return min(1.0, 2.0 * float(bdtr(min(a_only, b_only), discordant, 0.5)))
 
 
 def sign_flip_test(
@@ -332,6 +337,139 @@ def pair_up(
     return [b[k] for k in a]
 
 
+@dataclass(frozen=True)
+class PairedSamples:
+    """Two result sets joined on (sample id, repeat), in A's order: each pair's value
+    (the score, an unscored sample at 0) and pass/fail on each side, and the pairs of
+    each case (one group per sample id; a single pair each without repeats)."""
+
+    values_a: list[float]
+    values_b: list[float]
+    pass_a: list[bool]
+    pass_b: list[bool]
+    cases: list[list[int]]
+    unscored_a: int
+    unscored_b: int
+
+    @property
+    def n(self) -> int:
+        return len(self.values_a)
+
+    @property
+    def clustered(self) -> bool:
+        return is_clustered(self.cases)
+
+    @property
+    def binary(self) -> bool:
+        """Pass/fail scores (every value 0 or 1) without repeats: Newcombe and McNemar."""
+        return not self.clustered and all(v in (0.0, 1.0) for v in (*self.values_a, *self.values_b))
+
+    @property
+    def a_only(self) -> int:
+        return sum(x and not y for x, y in zip(self.pass_a, self.pass_b, strict=True))
+
+    @property
+    def b_only(self) -> int:
+        return sum(y and not x for x, y in zip(self.pass_a, self.pass_b, strict=True))
+
+    @property
+    def both_pass(self) -> int:
+        return sum(x and y for x, y in zip(self.pass_a, self.pass_b, strict=True))
+
+    def case_differences(self) -> list[list[float]]:
+        """B - A of each pair, grouped by case."""
+        return [[self.values_b[i] - self.values_a[i] for i in case] for case in self.cases]
+
+
+def paired_samples(
+    records_a: Scored,
+    records_b: Scored,
+    scorer: str,
+    *,
+    labels: tuple[str, str] = ("A", "B"),
+    threshold: float = DEFAULT_THRESHOLD,
+) -> PairedSamples:
+    """Join two result sets on (sample id, repeat); NotComparable unless both hold the
+    same samples."""
+    sheet_a, sheet_b = _sheet(records_a, scorer), _sheet(records_b, scorer)
+    in_b = pair_up(sheet_a, sheet_b, labels)
+    scores_a = list(sheet_a.scores)
+    scores_b = [sheet_b.scores[i] for i in in_b]
+    # NaN (unscored) fails every threshold and counts 0 (as TraceRecord.passes and .value).
+    return PairedSamples(
+        values_a=[0.0 if s != s else s for s in scores_a],
+        values_b=[0.0 if s != s else s for s in scores_b],
+        pass_a=[s >= threshold for s in scores_a],
+        pass_b=[s >= threshold for s in scores_b],
+        cases=group_by(range(len(in_b)), lambda i: sheet_a.ids[i]),
+        unscored_a=sum(s != s for s in scores_a),
+        unscored_b=sum(s != s for s in scores_b),
+    )
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """The paired test of "no difference" (`MCNEMAR`, `SIGN_FLIP`, `CLUSTER_SIGN_FLIP`),
+    its two-sided p, and the side its statistic leans to: "B" (B - A above 0), "A", or
+    None when it leans to neither (no discordant pair, a mean difference of 0)."""
+
+    test: str
+    p_value: float
+    leans: Literal["A", "B"] | None
+
+
+def paired_test(samples: PairedSamples, settings: BootstrapSettings | None = None) -> PairedTest:
+    """The test `compare` names a winner with: exact McNemar on pass/fail pairs without
+    repeats, else the sign-flip test over each case's mean difference."""
+    if samples.binary:
+        a_only, b_only = samples.a_only, samples.b_only
+        statistic = float(b_only - a_only)
+        test, p = MCNEMAR, mcnemar_exact(a_only, b_only)
+    else:
+        # Each case's mean difference (its one pair's difference without repeats).
+        means = [math.fsum(d) / len(d) for d in samples.case_differences()]
+        statistic = math.fsum(means)
+        test = CLUSTER_SIGN_FLIP if samples.clustered else SIGN_FLIP
+        p = sign_flip_test(means, settings)
+    leans: Literal["A", "B"] | None = None
+    if statistic > 0:
+        leans = "B"
+    elif statistic < 0:
+        leans = "A"
+    return PairedTest(test=test, p_value=p, leans=leans)
+
+
+def paired_difference(
+    samples: PairedSamples,
+    confidence: float = DEFAULT_CONFIDENCE,
+    *,
+    method: ProportionMethod = "wilson",
+    settings: BootstrapSettings | None = None,
+) -> Estimate:
+    """The mean difference B - A with its paired interval: Newcombe's for pass/fail pairs
+    without repeats, else the (cluster) interval of the per-case mean differences, with a
+    warning where no method is known to cover."""
+    n = samples.n
+    if samples.binary:
+        a_only, b_only, both_pass = samples.a_only, samples.b_only, samples.both_pass
+        return Estimate(
+            value=(b_only - a_only) / n,
+            n=n,
+            interval=newcombe_paired_interval(
+                both_pass, a_only, b_only, n - both_pass - a_only - b_only, confidence
+            ),
+        )
+    per_case = samples.case_differences()
+    difference = cluster_mean_estimate(
+        per_case, confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
+        choose=False,
+    )  # fmt: skip
+    assert difference.interval is not None
+    # Few pairs or few non-zero differences: no method here is known to cover.
+    warning = paired_warning([math.fsum(d) / len(d) for d in per_case])
+    return replace(difference, interval=replace(difference.interval, warning=warning))
+
+
 def compare(
     records_a: Scored,
     records_b: Scored,
@@ -344,54 +482,22 @@ def compare(
     settings: BootstrapSettings | None = None,
     notes: Sequence[str] = (),
 ) -> PairedComparison:
-    sheet_a, sheet_b = _sheet(records_a, scorer), _sheet(records_b, scorer)
-    in_b = pair_up(sheet_a, sheet_b, labels)
-    n = len(in_b)
-    scores_a = list(sheet_a.scores)
-    scores_b = [sheet_b.scores[i] for i in in_b]
-    # NaN (unscored) fails every threshold and counts 0 (as TraceRecord.passes and .value).
-    pass_a = [s >= threshold for s in scores_a]
-    pass_b = [s >= threshold for s in scores_b]
-    both_pass = sum(x and y for x, y in zip(pass_a, pass_b, strict=True))
-    a_only = sum(x and not y for x, y in zip(pass_a, pass_b, strict=True))
-    b_only = sum(y and not x for x, y in zip(pass_a, pass_b, strict=True))
-    values_a = [0.0 if s != s else s for s in scores_a]
-    values_b = [0.0 if s != s else s for s in scores_b]
-    # One group per case (a single pair each without repeats: the unclustered figures).
-    cases = group_by(range(n), lambda i: sheet_a.ids[i])
-    clustered = is_clustered(cases)
-    binary = not clustered and all(v in (0.0, 1.0) for v in (*values_a, *values_b))
+    samples = paired_samples(records_a, records_b, scorer, labels=labels, threshold=threshold)
+    n = samples.n
+    values_a, values_b = samples.values_a, samples.values_b
+    pass_a, pass_b = samples.pass_a, samples.pass_b
+    both_pass, a_only, b_only = samples.both_pass, samples.a_only, samples.b_only
+    cases = samples.cases
+    clustered = samples.clustered
+    binary = samples.binary
     alpha = 1 - confidence
-    mcnemar: float | None = None
-    if binary:
-        mcnemar = mcnemar_exact(a_only, b_only)
-        difference = Estimate(
-            value=(b_only - a_only) / n,
-            n=n,
-            interval=newcombe_paired_interval(
-                both_pass, a_only, b_only, n - both_pass - a_only - b_only, confidence
-            ),
-        )
-    else:
-        per_case = [[values_b[i] - values_a[i] for i in case] for case in cases]
-        difference = cluster_mean_estimate(
-            per_case, confidence, bounds=(-1.0, 1.0), method=method, settings=settings,
-            choose=False,
-        )  # fmt: skip
-        assert difference.interval is not None
-        # Few pairs or few non-zero differences: no method here is known to cover.
-        warning = paired_warning([math.fsum(d) / len(d) for d in per_case])
-        difference = replace(difference, interval=replace(difference.interval, warning=warning))
-        if not clustered:
-            mcnemar = mcnemar_exact(a_only, b_only)
+    # McNemar's p where pairs are independent (no repeats): the test for pass/fail
+    # pairs, a figure beside the sign-flip test for graded ones.
+    mcnemar = None if clustered else mcnemar_exact(a_only, b_only)
+    difference = paired_difference(samples, confidence, method=method, settings=settings)
     assert difference.interval is not None  # n >= 1 was checked by pair_up
-    if binary:
-        assert mcnemar is not None
-        test, p = MCNEMAR, mcnemar
-    else:
-        # Each case's mean difference (its one pair's difference without repeats).
-        test = CLUSTER_SIGN_FLIP if clustered else SIGN_FLIP
-        p = sign_flip_test([math.fsum(d) / len(d) for d in per_case], settings)
+    tested = paired_test(samples, settings)
+    test, p = tested.test, tested.p_value
     verdict = paired_verdict(difference.interval, p, alpha)
     agreement = _test_agreement_note(
         paired_verdict(difference.interval, None, alpha), difference.interval.method,
@@ -410,7 +516,7 @@ def compare(
     mde, mde_method = comparison_mde(
         binary=binary,
         discordant=a_only + b_only,
-        case_differences=[[values_b[i] - values_a[i] for i in case] for case in cases],
+        case_differences=samples.case_differences(),
         confidence=confidence,
     )
 
@@ -439,8 +545,8 @@ def compare(
         test=test,
         p_value=p,
         verdict=verdict,
-        unscored_a=sum(s != s for s in scores_a),
-        unscored_b=sum(s != s for s in scores_b),
+        unscored_a=samples.unscored_a,
+        unscored_b=samples.unscored_b,
         notes=tuple(all_notes),
         cases=len(cases),
         mde=mde,
