@@ -40,7 +40,7 @@ from gradetrail_lib.cache.responses import (
     response_row,
     rows_by_key,
 )
-from gradetrail_lib.cache.urls import password_of
+from gradetrail_lib.cache.urls import password_of, without_password
 from gradetrail_lib.errors import GradetrailError, UsageError
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 from gradetrail_lib.sandbox import Execution
@@ -270,6 +270,9 @@ class PostgresCache(PostgresDatabase):
     def __init__(self, url: str, *, where: str) -> None:
         schema = [RESPONSES_SCHEMA, *BATCH_SCHEMA, EXECUTIONS_SCHEMA]
         super().__init__(url, where=where, schema=schema, what="the cache")
+        # As a run's manifest records it: the URL without its password, which libpq
+        # then reads from PGPASSWORD or ~/.pgpass as it did for the run.
+        self.location = without_password(url)
 
     def cached_keys(self, keys: Sequence[str]) -> set[str]:
         found: set[str] = set()

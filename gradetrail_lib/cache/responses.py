@@ -166,8 +166,10 @@ LOOKUP_COLUMNS = (
 class ResponseCache:
     def __init__(self, path: Path) -> None:
         self.path = path
-        # Where it is, as messages name it.
+        # Where it is, as messages name it, and as a run's manifest records it (from any
+        # working directory).
         self.where = str(path)
+        self.location = str(path.resolve())
         path.parent.mkdir(parents=True, exist_ok=True)
         with open_connection(path) as connection:
             connection.execute(SCHEMA.format(table="responses"))

@@ -218,6 +218,8 @@ def run_model(
     started_at = datetime.now(UTC)
     attach_exec_cache(plan, cache, options.exec_cache)
     target_backend, backend = batch_backends(cache, backend, options.batch, options.batch_options)
+    # Recorded in the manifest, so that `bundle export` finds the run's answers.
+    recorded = cache.location if isinstance(cache, ResponseCache | PostgresCache) else None
     cache = cache if cache is not None else MemoryCache()
     prices = options.prices or load_prices()
     totals = RunTotals(plan.scorer_names)
@@ -242,8 +244,9 @@ def run_model(
             _write(batches, totals, out, timings, execution, spans)
             summary = summarize(totals, [(s.name, s.type) for s in plan.scorers])
             manifest = build_manifest(
-                plan, execution, totals.served, summary, prices, timings, started_at
-            )
+                plan, execution, totals.served, summary, prices, timings, started_at,
+                cache=recorded,
+            )  # fmt: skip
             run_dir = out.commit(manifest)
     except BaseException as exc:
         spans.abort(type(exc).__name__)

@@ -103,9 +103,12 @@ def build_manifest(
     prices: PriceList,
     timings: dict[str, float],
     started_at: datetime,
+    *,
+    cache: str | None = None,
 ) -> Manifest:
     """`execution`: how the misses were sent (the backend's describe()); `served`: the
-    model names the provider answered as."""
+    model names the provider answered as; `cache`: the cache's location as recorded
+    (`Manifest.cache`), None without one."""
     loaded = plan.loaded
     git = git_state(loaded.base_dir)
     hashes = scorer_hashes(loaded)
@@ -141,6 +144,7 @@ def build_manifest(
         warnings=warnings_for(plan, served, git),
         # The plan's own (plan() may be given repeats other than the spec's).
         repeats=plan.repeats,
+        cache=cache,
     )
 
 

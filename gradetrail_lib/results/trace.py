@@ -353,6 +353,10 @@ class Manifest(_Model):
     warnings: list[str]
     # How many times each sample was run (its records are (id, repeat) for 0..repeats-1).
     repeats: int = 1
+    # The response cache the run read and wrote: a DuckDB file's absolute path or a
+    # Postgres URL without its password (`bundle export` reads it there). None: a run
+    # without a cache (`--no-cache`), or one written before runs recorded it.
+    cache: str | None = None
 
     @property
     def primary_scorer(self) -> str:

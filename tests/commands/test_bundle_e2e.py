@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from gradetrail_lib.cache.urls import without_password
 from gradetrail_lib.cli import main
 from tests.conftest import run_cli
 from tests.support.agent_scripts import conversation, tool_call
@@ -166,14 +167,22 @@ def test_an_imported_bundle_replays_both_runs_elsewhere_with_no_call(
     assert "0 added to" in twice.stdout and "12 already there" in twice.stdout
     assert PASSWORD not in twice.stdout + twice.stderr
 
-    # Exported there, the replayed runs make the very same bundle, byte for byte.
+    # Each replayed run records its cache: the file's absolute path, the URL without
+    # its password.
+    recorded = str(Path(cache).resolve()) if kind == "duckdb" else without_password(cache)
+    for first in source.runs.values():
+        text = (elsewhere / "results" / first.name / "manifest.json").read_text()
+        assert json.loads(text)["cache"] == recorded
+        assert PASSWORD not in text
+
+    # Exported there without --cache (from another directory), the replayed runs are read
+    # from the cache they recorded and make the very same bundle, byte for byte.
     replayed_dirs = [str(elsewhere / "results" / first.name) for first in source.runs.values()]
     back = elsewhere / "back.parquet"
-    out = run_cli(
-        "bundle", "export", *replayed_dirs, "-o", str(back), "--cache", cache, cwd=elsewhere
-    )
+    out = run_cli("bundle", "export", *replayed_dirs, "-o", str(back), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert back.read_bytes() == source.bundle.read_bytes()
+    assert PASSWORD not in out.stdout + out.stderr
 
 
 def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -240,3 +249,61 @@ def test_bad_input_writes_nothing(
     err = _refused(["bundle", "import", str(source.bundle), "--cache", "mongodb://db/x"], capsys)
     assert "unknown scheme 'mongodb'" in err
     assert not (tmp_path / "mongodb:").exists()
+
+
+def _with_cache(run_dir: Path, to: Path, cache: str | None) -> str:
+    """A copy of a run directory under `to` whose manifest records `cache` (None: no
+    cache recorded, as a `--no-cache` run's or an older one's)."""
+    copy = to / run_dir.name
+    shutil.copytree(run_dir, copy)
+    data = manifest(copy)
+    if cache is None:
+        del data["cache"]
+    else:
+        data["cache"] = cache
+    (copy / "manifest.json").write_text(json.dumps(data))
+    return str(copy)
+
+
+def test_an_export_without_cache_reads_the_cache_the_runs_recorded(
+    source: Source,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made_with = (source.project / "cache.duckdb").resolve()
+    runs = [str(p) for p in source.runs.values()]
+    assert {manifest(p)["cache"] for p in source.runs.values()} == {str(made_with)}
+    monkeypatch.delenv("GRADETRAIL_CACHE", raising=False)
+    monkeypatch.chdir(tmp_path)  # no cache here: the default file is not there
+    out = tmp_path / "out.parquet"
+    assert main(["bundle", "export", *runs, "-o", str(out)]) == 0
+    assert out.read_bytes() == source.bundle.read_bytes()
+    assert not (tmp_path / ".gradetrail").exists()
+    out.unlink()
+
+    # The recorded cache is gone: the error names it and the run that recorded it;
+    # nothing is written, no cache created; --cache then names the one that holds them.
+    gone = tmp_path / "moved" / "cache.duckdb"
+    moved = [_with_cache(p, tmp_path / "moved", str(gone)) for p in source.runs.values()]
+    err = _refused(["bundle", "export", *moved, "-o", str(out)], capsys)
+    assert f"{gone}: no cache file here (the cache run {moved[0]} was made with)" in err
+    assert "--cache" in err
+    assert not out.exists() and not gone.exists()
+    assert main(["bundle", "export", *moved, "-o", str(out), "--cache", str(made_with)]) == 0
+    assert out.read_bytes() == source.bundle.read_bytes()
+    out.unlink()
+
+    # Runs made with two caches: refused, both named (one bundle reads one cache).
+    other = _with_cache(source.runs["agent-1"], tmp_path / "other", str(tmp_path / "b.duckdb"))
+    err = _refused(["bundle", "export", runs[0], other, "-o", str(out)], capsys)
+    assert "different caches" in err and str(made_with) in err and "b.duckdb" in err
+
+    # No run records its cache (older runs): GRADETRAIL_CACHE or the default, as before,
+    # and the error says why it looked there.
+    old = [_with_cache(p, tmp_path / "old", None) for p in source.runs.values()]
+    err = _refused(["bundle", "export", *old, "-o", str(out)], capsys)
+    assert "no cache file here (no run names its cache" in err
+    monkeypatch.setenv("GRADETRAIL_CACHE", str(made_with))
+    assert main(["bundle", "export", *old, "-o", str(out)]) == 0
+    assert out.read_bytes() == source.bundle.read_bytes()
