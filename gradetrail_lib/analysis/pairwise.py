@@ -1,6 +1,7 @@
 """Paired comparisons of runs, for the HTML report and the Dagster leaderboard: two runs
 on one scorer (their scorer and dataset hashes checked, then the paired interval and
-test, `stats.paired`), and every pair of several runs.
+test, `stats.paired`), every pair of several runs, and their ranking with family-wise
+error control (`rank_runs`, `stats.ranking`; also `gradetrail rank`).
 
 A pair that cannot be compared is a `Pairing` that says why (`refused`), not an error:
 a report or a leaderboard shows it beside the others.
@@ -19,6 +20,7 @@ from gradetrail_lib.analysis.stats import (
     check_comparable,
     compare,
 )
+from gradetrail_lib.analysis.stats.ranking import Ranking, rank
 from gradetrail_lib.errors import InputError, NotComparable
 from gradetrail_lib.results.runs import Run
 
@@ -109,3 +111,34 @@ def _scorers_of(a: Run | InputError, b: Run | InputError) -> list[str]:
         if isinstance(run, Run):
             return run.manifest.scorer_names
     return [""]
+
+
+def rank_runs(
+    runs: Sequence[tuple[str, Run]],
+    scorer: str,
+    *,
+    force: bool = False,
+    threshold: float = DEFAULT_THRESHOLD,
+    confidence: float = DEFAULT_CONFIDENCE,
+    settings: BootstrapSettings | None = None,
+) -> tuple[Ranking, list[str]]:
+    """The labelled runs ranked on `scorer`, and the notes of a forced comparison.
+    NotComparable when a run's scorer or dataset hash differs from the first's (unless
+    `force`) or its samples do."""
+    if len(runs) < 2:
+        raise NotComparable("a ranking needs two or more runs")
+    (first_label, first), *others = runs
+    notes: list[str] = []
+    for label, run in others:
+        notes += check_comparable(
+            first.manifest, run.manifest, scorer, force=force, labels=(first_label, label)
+        )
+    ranking = rank(
+        [run.sheet(scorer) for _, run in runs],
+        [label for label, _ in runs],
+        scorer,
+        threshold=threshold,
+        confidence=confidence,
+        settings=settings,
+    )
+    return ranking, notes

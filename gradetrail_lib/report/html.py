@@ -20,7 +20,7 @@ import jinja2
 from markupsafe import Markup
 
 from gradetrail_lib.analysis.calibration import Calibration, run_calibrations
-from gradetrail_lib.analysis.pairwise import Pairing, every_pair
+from gradetrail_lib.analysis.pairwise import Pairing, every_pair, rank_runs
 from gradetrail_lib.analysis.stats import (
     DEFAULT_CONFIDENCE,
     DEFAULT_THRESHOLD,
@@ -29,6 +29,7 @@ from gradetrail_lib.analysis.stats import (
     RunStats,
     run_stats,
 )
+from gradetrail_lib.analysis.stats.ranking import RANK_INTERVAL
 from gradetrail_lib.analysis.stats.repeats import RepeatStats, has_repeats, repeat_stats
 from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.analysis.summary import format_cost, format_savings, format_tokens
@@ -459,6 +460,16 @@ def render_report(
     )
     spec = runs[0].manifest.spec.name
     primary = runs[0].manifest.primary_scorer
+    ranking, not_ranked = None, None
+    if len(runs) > 1:
+        # Tiers and rank intervals on the primary scorer, or why there are none.
+        try:
+            ranking, _ = rank_runs(
+                list(zip(labels, runs, strict=True)), primary, threshold=threshold,
+                confidence=confidence, settings=settings,
+            )  # fmt: skip
+        except NotComparable as exc:
+            not_ranked = str(exc)
     forest = forest_plot(
         [ForestRow(v.label, v.stats.pass_rate) for v in views],
         title=f"{primary} pass rate per model, {percent(confidence)} CI ({method})",
@@ -472,6 +483,9 @@ def render_report(
             identity=runs[0].manifest.identity,
             runs=views,
             pairs=pairs,
+            ranking=ranking,
+            not_ranked=not_ranked,
+            rank_interval_method=RANK_INTERVAL,
             forest=forest,
             threshold=threshold,
             confidence=confidence,

@@ -195,6 +195,16 @@ def test_leaderboard_ranks_models_with_intervals_and_a_paired_verdict(
     assert (pair["verdict"], pair["winner"]) == ("A", "good")
     assert pair["high"] < 0
     assert pair["paired_test"] == "mcnemar-exact" and pair["paired_p"] < 0.001
+    # One pair: Holm's adjustment leaves its p, and the two models are separated into
+    # tiers with rank intervals of one rank each.
+    assert pair["adjusted_p"] == pair["paired_p"] and pair["better"] == "good"
+    assert [(m["tier"], m["rank_interval"]["best"], m["rank_interval"]["worst"])
+            for m in board["models"]] == [(1, 1, 1), (2, 2, 2)]  # fmt: skip
+    assert board["ranking"]["tiers"] == [["good"], ["bad"]]
+    markdown = str(
+        result.asset_materializations_for_node("add__leaderboard")[0].metadata["leaderboard"].value
+    )
+    assert "mrsw-2024-holm" in markdown and "Holm's step-down" in markdown
 
 
 # What enters the requests, edited one at a time (the model: its provider, same name, so

@@ -66,6 +66,8 @@ def test_the_leaderboard_escapes_model_names_and_pair_labels() -> None:
     assert "\u202e" not in markdown and "\x00" not in markdown
     ranking, verdicts = _rows(html, 0), _rows(html, 1)
     assert len(ranking) == 1 + len(HOSTILE) and len(verdicts) == 1 + len(pairs)
-    assert all(row.count("<td>") == 5 for row in ranking[1:])
-    assert all(row.count("<td>") == 4 for row in verdicts[1:])
+    # tier, rank interval, model, passed, pass rate, CI; pair, difference, p, adjusted p,
+    # separated.
+    assert all(row.count("<td>") == 6 for row in ranking[1:])
+    assert all(row.count("<td>") == 5 for row in verdicts[1:])
     assert "\\u202eevil.txt" in ranking[4] and "[x](http://evil.example/)" in ranking[1]

@@ -137,6 +137,12 @@ def test_report_content(runs: dict[str, Path], tmp_path: Path) -> None:
     assert 'Stop reason</dt><dd class="mono">max_tokens' in html
     # Paired comparisons between the models, with verdicts.
     assert "Paired comparisons" in html and "paired test p" in html
+    # The ranking: tiers and rank intervals from Holm-adjusted tests, its method named.
+    assert '<section id="ranking">' in html and "mrsw-2024-holm" in html
+    assert "Holm&#39;s step-down" in html or "Holm's step-down" in html
+    ranking = html[html.index('<table class="ranking">') : html.index('id="comparisons"')]
+    rows = re.findall(r"<tr><td class=\"num\">(\d+)</td><td class=\"num\">([\d-]+)</td>", ranking)
+    assert len(rows) == 4 and rows[0][0] == "1"
     # Escaped, not markup.
     assert ESCAPED_SCRIPT in html
     assert MALICIOUS not in html
