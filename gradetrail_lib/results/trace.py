@@ -357,6 +357,10 @@ class Manifest(_Model):
     # Postgres URL without its password (`bundle export` reads it there). None: a run
     # without a cache (`--no-cache`), or one written before runs recorded it.
     cache: str | None = None
+    # A run of `run --until-decided` (the cases of a release check that stopped once
+    # decided): the verdict, its method and confidence sequence, the cases used and the
+    # cost saved (`engine.until_decided`). None for any other run.
+    sequential: dict[str, JsonValue] | None = None
 
     @property
     def primary_scorer(self) -> str:
