@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradetrail_lib.analysis.stats.paired import mcnemar_exact
-from gradetrail_lib.analysis.stats.sequential import chunk_looks, decide_many
+from gradetrail_lib.analysis.stats.sequential import chunk_looks, decide_many, simulate_paired
 
 ALPHA = 0.05
 CASES = 2000
@@ -46,9 +46,9 @@ class SequentialOutcome:
 
 
 def simulate(delta: float, runs: int, rng: np.random.Generator, cases: int = CASES) -> np.ndarray:
-    """Per case B - A: -1 (A only), +1 (B only) or 0."""
-    u = rng.random((runs, cases))
-    return np.where(u < A_ONLY, -1.0, np.where(u < 2 * A_ONLY + delta, 1.0, 0.0))
+    """Per case B - A: -1 (A only), +1 (B only) or 0 (`simulate_paired`, the draws
+    `plan --until-decided` forecasts from)."""
+    return simulate_paired(rng, runs, cases, 2 * A_ONLY + delta, delta)
 
 
 def naive_stops(d: np.ndarray, looks: list[int]) -> np.ndarray:

@@ -3,22 +3,29 @@ model, before any call (see `gradetrail_lib.engine.estimate`). Sends nothing, wr
 
 `gradetrail plan SPEC --detect D [--power P] [--confidence C] [--results DIR]`: how many
 samples (or cases x repeats) a paired comparison needs to detect a difference of D in pass
-rate (`gradetrail_lib.analysis.sample_size`), instead of the cost."""
+rate (`gradetrail_lib.analysis.sample_size`), and what that costs per model (the plan's
+estimate, pro rata); with `--until-decided`, the cases and cost a release check that
+stops once decided is expected to use at true differences 0, D and 2D (the sequential
+rule simulated, `analysis.stats.sequential.forecast`)."""
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.analysis.sample_size import samples_needed
 from gradetrail_lib.analysis.stats.power import DEFAULT_POWER
+from gradetrail_lib.analysis.stats.sequential import METHOD, Forecast, forecast
 from gradetrail_lib.cache.location import existing_cache
 from gradetrail_lib.commands.options import add_cache_option, confidence_level
 from gradetrail_lib.engine.estimate import ModelPlan, estimate_run, format_plan, total_worst_case
 from gradetrail_lib.engine.plan import plan
+from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK
 from gradetrail_lib.providers.pricing import format_usd, load_prices
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE
+from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 from gradetrail_lib.spec.spec import load_spec
 
@@ -57,6 +64,12 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         type=confidence_level,
         default=DEFAULT_CONFIDENCE,
         help=f"the gate's confidence level: alpha = 1 - this (default {DEFAULT_CONFIDENCE})",
+    )
+    power.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="with --detect: also the cases and cost a run --until-decided is expected to "
+        "use at true differences 0, D and 2D (simulated)",
     )
     power.add_argument(
         "--results",
@@ -98,9 +111,10 @@ def plan_command(args: argparse.Namespace) -> int:
 
 
 def samples_command(args: argparse.Namespace) -> int:
-    """`plan --detect`: reads the spec and the run history; writes nothing."""
+    """`plan --detect`: reads the spec, the cache and the run history; writes nothing."""
     # --repeats is checked as for the cost (an InputError naming it, exit 2).
-    spec = load_spec(args.spec).with_repeats(args.repeats).spec
+    loaded = load_spec(args.spec).with_repeats(args.repeats)
+    spec = loaded.spec
     name = spec.name
     settings = cli_settings()
     history = open_history(args.results, store=settings.store, cache=settings.database)
@@ -112,8 +126,35 @@ def samples_command(args: argparse.Namespace) -> int:
         results=args.results,
         history=history,
     )
+    models = [spec.model_named(args.model)] if args.model else list(spec.models)
+    cache = existing_cache(args.cache)
+    prices = load_prices()
+    estimates = [estimate_run(plan(loaded, m), cache, prices) for m in models]
+    needed = sizes[-1].samples
+    costs = [ModelCost.of(e, needed) for e in estimates]
+    forecasts: list[Forecast] = []
+    if args.until_decided:
+        cases = estimates[0].samples // max(loaded.spec.repeats, 1) if estimates else 0
+        forecasts = [
+            forecast(
+                delta,
+                cases=cases,
+                discordance=sizes[0].discordance,
+                chunk=DEFAULT_CHUNK,
+                confidence=args.confidence,
+            )
+            for delta in (0.0, args.detect, min(2 * args.detect, 1.0))
+        ]
     if args.json:
-        print(json.dumps({"spec": name, "samples_needed": [s.to_json() for s in sizes]}, indent=2))
+        body = {
+            "spec": name,
+            "samples_needed": [s.to_json() for s in sizes],
+            "cost": [c.to_json() for c in costs],
+            "pricing_version": prices.version,
+        }
+        if args.until_decided:
+            body["until_decided"] = [_forecast_json(f, costs) for f in forecasts]
+        print(json.dumps(body, indent=2))
         return EXIT_OK
     print(f"Samples needed for a paired comparison on {name} (pass/fail on the primary scorer):")
     for size in sizes:
@@ -126,4 +167,95 @@ def samples_command(args: argparse.Namespace) -> int:
             f"  Note: no two runs of {name} in {args.results} to measure the discordance "
             "from, so it is assumed; run the spec twice (or two models) for a measured one"
         )
+    print(
+        f"Cost per model (price list {prices.version}, the cache's hits counted; "
+        f"{needed:,} samples: the full run's estimate pro rata):"
+    )
+    for cost in costs:
+        print(f"  {cost.describe()}")
+    if forecasts:
+        print(
+            f"Run --until-decided (a look every {DEFAULT_CHUNK} cases, margin "
+            f"{DEFAULT_GATE_THRESHOLD:g}, {METHOD}; {forecasts[0].runs:,} simulated runs "
+            f"at discordance {max(first.discordance, 0):.3g}), expected:"
+        )
+        for f in forecasts:
+            print(f"  {_forecast_text(f, costs)}")
     return EXIT_OK
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """A model's cost: its full run's estimate (the cache's hits counted) and the share of
+    it `samples` would take."""
+
+    model: str
+    samples: int  # the full run's
+    hits: int
+    calls: int
+    low: float | None
+    worst: float | None
+    needed: int
+
+    @classmethod
+    def of(cls, estimate: ModelPlan, needed: int) -> "ModelCost":
+        return cls(
+            model=estimate.model,
+            samples=estimate.samples,
+            hits=estimate.target.hits,
+            calls=estimate.target.calls,
+            low=estimate.cost_low,
+            worst=estimate.worst_case,
+            needed=needed,
+        )
+
+    def share(self, samples: float) -> tuple[float | None, float | None]:
+        """The cost of `samples` of the full run's, pro rata."""
+        ratio = min(samples / self.samples, 1.0) if self.samples else 0.0
+        return (
+            None if self.low is None else self.low * ratio,
+            None if self.worst is None else self.worst * ratio,
+        )
+
+    def describe(self) -> str:
+        low, worst = self.share(self.needed)
+        return (
+            f"{self.model}: {self.samples:,} samples (full run) {format_usd(self.low)} to "
+            f"{format_usd(self.worst)} ({self.hits:,}/{self.calls:,} requests cached); "
+            f"{min(self.needed, self.samples):,} samples {format_usd(low)} to {format_usd(worst)}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        low, worst = self.share(self.needed)
+        return {
+            "model": self.model,
+            "samples": self.samples,
+            "cache_hits": self.hits,
+            "requests": self.calls,
+            "full_run_usd": {"low": self.low, "worst": self.worst},
+            "needed_samples": min(self.needed, self.samples),
+            "needed_usd": {"low": low, "worst": worst},
+            "method": "the full run's estimate pro rata",
+        }
+
+
+def _forecast_json(f: Forecast, costs: list[ModelCost]) -> dict[str, Any]:
+    body = f.to_json()
+    body["cost"] = [
+        {"model": c.model, "low": low, "worst": worst}
+        for c in costs
+        for low, worst in [c.share(f.mean_cases / f.cases * c.samples if f.cases else 0)]
+    ]
+    return body
+
+
+def _forecast_text(f: Forecast, costs: list[ModelCost]) -> str:
+    shares = ", ".join(f"{v} {share:.0%}" for v, share in f.shares.items())
+    spend = "; ".join(
+        f"{c.model} {format_usd(low)} to {format_usd(worst)}"
+        for c in costs
+        for low, worst in [c.share(f.mean_cases / f.cases * c.samples if f.cases else 0)]
+    )
+    return (
+        f"true difference {f.delta:g}: {f.mean_cases:,.0f} of {f.cases:,} cases ({shares}); {spend}"
+    )

@@ -253,3 +253,60 @@ def chunk_looks(total: int, chunk: int) -> list[int]:
         raise ValueError("need chunk >= 1 and total >= 1")
     looks = list(range(chunk, total, chunk))
     return [*looks, total]
+
+
+def simulate_paired(
+    rng: np.random.Generator, runs: int, cases: int, discordance: float, delta: float
+) -> Array:
+    """`runs` rows of `cases` paired pass/fail differences B - A: -1 (A only) with chance
+    (discordance - delta) / 2, +1 (B only) with (discordance + delta) / 2, else 0. The
+    true mean difference is delta; `discordance` is the share of discordant cases."""
+    if not 0 <= abs(delta) <= discordance <= 1:
+        raise ValueError(f"need |delta| <= discordance <= 1, not {delta}, {discordance}")
+    u = rng.random((runs, cases))
+    return np.where(u < (discordance - delta) / 2, -1.0, np.where(u < discordance, 1.0, 0.0))
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What the stopping rule does at one true difference, by simulation: the mean cases
+    it uses and how often it ends in each verdict."""
+
+    delta: float
+    cases: int  # available
+    chunk: int
+    runs: int
+    mean_cases: float
+    shares: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "true_difference": self.delta,
+            "expected_cases": self.mean_cases,
+            "cases_available": self.cases,
+            "verdicts": self.shares,
+            "chunk": self.chunk,
+            "simulated_runs": self.runs,
+            "method": METHOD,
+        }
+
+
+def forecast(
+    delta: float,
+    *,
+    cases: int,
+    discordance: float,
+    chunk: int,
+    confidence: float = DEFAULT_CONFIDENCE,
+    margin: float = DEFAULT_GATE_THRESHOLD,
+    runs: int = 2000,
+    seed: int = 0,
+) -> Forecast:
+    """The stopping rule simulated on paired pass/fail outcomes (`simulate_paired`) with
+    a look after every `chunk` of `cases` cases. The discordance is raised to |delta|
+    where it is below (a difference needs that many discordant cases)."""
+    rng = np.random.default_rng(seed)
+    d = simulate_paired(rng, runs, cases, max(discordance, abs(delta)), delta)
+    verdicts, used = decide_many(d, chunk_looks(cases, chunk), alpha=1 - confidence, margin=margin)
+    shares = {v: float((verdicts == v).mean()) for v in ("B", "A", "equivalent", "undecided")}
+    return Forecast(delta, cases, chunk, runs, float(used.mean()), shares)
