@@ -75,14 +75,18 @@ class Figure:
         shown = {"value": self.value, "low": self.low, "high": self.high, "method": self.method}
         return shown | ({"warning": self.warning} if self.warning else {})
 
+    def figure(self, digits: int = 3) -> str:
+        """`0.021 [-0.203, 0.245]`, without the method and the warning (a table shows
+        them apart: the method under the figure, the warning as a footnote)."""
+        if self.value is None or self.low is None or self.high is None:
+            return "n/a"
+        return f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+
     def format(self, digits: int = 3) -> str:
         if self.value is None or self.low is None or self.high is None:
             return "n/a"
         warning = f"; warning: {self.warning}" if self.warning else ""
-        return (
-            f"{self.value:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}] "
-            f"({self.method}{warning})"
-        )
+        return f"{self.figure(digits)} ({self.method}{warning})"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -93,6 +93,12 @@ def kappa_level(text: str) -> float:
 
 def gate_command(args: argparse.Namespace) -> int:
     candidate = load_run(args.run)
+    if args.require_kappa is not None and not args.all_scorers:
+        # The judge's agreement with people is the candidate's alone: a distrusted judge is
+        # refused before any baseline is looked for (else the refusal could be a missing
+        # baseline's, and say nothing of the judge).
+        scorer = args.scorer or candidate.manifest.primary_scorer
+        _refuse_distrusted(args.run, [scorer], args.require_kappa)
     picked = _previous(args.run, candidate) if args.baseline == PREVIOUS else None
     baseline = load_run(picked.path if picked else Path(args.baseline))
     if picked is not None:
@@ -112,16 +118,8 @@ def gate_command(args: argparse.Namespace) -> int:
     else:
         gated = [pick(pairs, args.scorer or b.primary_scorer)]
     # Every gated scorer is checked before any is computed: one refusal refuses the gate.
-    if args.require_kappa is not None:
-        from gradetrail_lib.analysis.calibration import kappa_refusal
-
-        distrusted = [
-            why
-            for pair in gated
-            if (why := kappa_refusal(args.run, pair.name, args.require_kappa)) is not None
-        ]
-        if distrusted:
-            raise UsageError("not gated: " + "; ".join(distrusted))
+    if args.require_kappa is not None and args.all_scorers:
+        _refuse_distrusted(args.run, [pair.name for pair in gated], args.require_kappa)
     refusals, notes = [], {}
     for pair in gated:
         try:
@@ -164,6 +162,18 @@ def gate_command(args: argparse.Namespace) -> int:
 
 
 PREVIOUS = "previous"
+
+
+def _refuse_distrusted(run_dir: Path, scorers: list[str], minimum: float) -> None:
+    """UsageError (exit 2) when any of `scorers` is a judge whose kappa with the human
+    labels on the run is below `minimum` (or unknown)."""
+    from gradetrail_lib.analysis.calibration import kappa_refusal
+
+    distrusted = [
+        why for name in scorers if (why := kappa_refusal(run_dir, name, minimum)) is not None
+    ]
+    if distrusted:
+        raise UsageError("not gated: " + "; ".join(distrusted))
 
 
 def _previous(run_dir: Path, candidate: Run) -> Baseline:

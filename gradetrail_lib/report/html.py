@@ -19,7 +19,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from gradetrail_lib.analysis.calibration import Calibration, run_calibrations
+from gradetrail_lib.analysis.calibration import Calibration, Figure, run_calibrations
 from gradetrail_lib.analysis.pairwise import Pairing, every_pair, rank_runs
 from gradetrail_lib.analysis.stats import (
     DEFAULT_CONFIDENCE,
@@ -138,6 +138,68 @@ class RunView:
     repeats: list[RepeatStats] = field(default_factory=list)
     # The judges with human labels on the run's responses.
     calibrations: list[Calibration] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FigureCell:
+    """One figure of the judges-against-labels table: `0.021 [-0.203, 0.245]`, the method
+    that made it, and the number of its footnote (a warning, or why it is not shown)."""
+
+    text: str
+    method: str
+    note: int | None = None
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    scorer: str
+    labels: int
+    random: int
+    figures: list[FigureCell]  # kappa, sensitivity, specificity, judge, corrected
+
+
+@dataclass(frozen=True)
+class CalibrationTable:
+    """The judges against human labels, with every warning and every reason a figure is
+    withheld as a numbered footnote under the table: inline, one warning made the table
+    2,400 px wide."""
+
+    rows: list[CalibrationRow]
+    notes: list[str]
+
+
+def calibration_table(calibrations: Sequence[Calibration]) -> CalibrationTable:
+    notes: list[str] = []
+
+    def note(text: str | None) -> int | None:
+        if not text:
+            return None
+        if text not in notes:
+            notes.append(text)
+        return notes.index(text) + 1
+
+    def cell(name: str, figure: Figure) -> FigureCell:
+        warning = f"{name}: {figure.warning}" if figure.warning else None
+        return FigureCell(figure.figure(), figure.method, note(warning))
+
+    rows = []
+    for c in calibrations:
+        figures = [
+            cell("kappa", c.kappa),
+            cell("sensitivity", c.sensitivity),
+            cell("specificity", c.specificity),
+            cell("judge pass rate", c.judge_pass_rate),
+        ]
+        corrected = c.corrected_pass_rate
+        figures.append(
+            cell("corrected pass rate", corrected)
+            if corrected is not None
+            else FigureCell(
+                "not shown", "", note(f"corrected pass rate not shown: {c.why_uncorrected}")
+            )
+        )
+        rows.append(CalibrationRow(c.scorer, c.n_labeled, c.n_random, figures))
+    return CalibrationTable(rows, notes)
 
 
 def _messages(raw: Any) -> list[Message]:
@@ -438,6 +500,7 @@ def environment(*loaders: jinja2.BaseLoader) -> jinja2.Environment:
     env.filters["usd"] = _usd
     env.filters["num"] = lambda x, d=3: "n/a" if x is None else f"{float(x):.{d}f}"
     env.filters["percent"] = percent
+    env.globals["calibration_table"] = calibration_table
     return env
 
 

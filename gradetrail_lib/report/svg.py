@@ -11,6 +11,7 @@ as wide as the longest label needs, up to `LABEL_SHARE` of the plot; a label lon
 that is cut with "…", so no label runs past the plot's edge.
 """
 
+import math
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,7 +106,8 @@ def forest_plot(rows: Sequence[ForestRow], *, title: str, width: int = 720) -> M
     0-1 axis, and the figure as text. Rows with n = 0 say n/a."""
     value_w, row_h, top, bottom, gap, size = 150, 22, 26, 26, 10, 12
     widest = max((text_width(visible(r.label), size) for r in rows), default=0.0)
-    label_w = int(min(max(widest + gap + 2, 120), width * LABEL_SHARE))
+    # Rounded up: rounded down, the longest label lost its last character to a fraction.
+    label_w = math.ceil(min(max(widest + gap + 2, 120), width * LABEL_SHARE))
     x0, x1 = label_w, width - value_w
     height = top + row_h * max(len(rows), 1) + bottom
 
@@ -161,12 +163,49 @@ def forest_plot(rows: Sequence[ForestRow], *, title: str, width: int = 720) -> M
     return Markup("".join(parts))
 
 
+def labelled(count: int, most: int) -> list[int]:
+    """Which of `count` evenly spaced points get a label: about `most`, the last always."""
+    every = max(1, (count + most - 1) // most)
+    return [i for i in range(count) if i % every == 0 or i == count - 1]
+
+
+# A run's time in ever longer forms (its ISO timestamp, UTC, sliced): the axis takes the
+# first that tells its labelled runs apart.
+_DAY = (lambda w: w[5:10], 6)  # 12-06, and how many labels fit the axis
+_FORMS = (
+    (lambda w: w[11:16], 6),  # 14:05, all on one day
+    (lambda w: w[11:19], 5),  # 14:05:09
+    (lambda w: f"{w[5:10]} {w[11:16]}", 4),  # 12-06 14:05
+    (lambda w: f"{w[5:10]} {w[11:19]}", 3),  # 12-06 14:05:09
+)
+
+
+def time_labels(whens: Sequence[str]) -> tuple[dict[int, str], str]:
+    """The x labels of runs at ISO timestamps `whens` (oldest first), by position, and a
+    caption for what they leave out: the day when every run is on one day (`12-06` on
+    every label told nothing). Labels differ from one another: the shortest form that
+    tells the labelled runs apart, else the runs' numbers."""
+    days = {w[:10] for w in whens}
+    one_day = len(days) == 1
+    forms = _FORMS if one_day else (_DAY, *_FORMS[2:])
+    caption = f"on {next(iter(days))} (UTC)" if one_day and whens else "UTC"
+    for form, most in forms:
+        shown = labelled(len(whens), most)
+        texts = [form(whens[i]) for i in shown]
+        if len(set(texts)) == len(texts):
+            return dict(zip(shown, texts, strict=True)), caption
+    shown = labelled(len(whens), 6)
+    return {i: f"run {i + 1}" for i in shown}, f"runs in time order, {caption}"
+
+
 def history_plot(
     points: Sequence[HistoryPoint], *, title: str, width: int = 420, height: int = 170
 ) -> Markup:
     """The runs in time order, evenly spaced: each pass rate a dot with its interval as
-    a vertical bar, joined by a line; each point's tooltip holds its date and figures."""
-    left, right, top, bottom = 34, 26, 24, 34
+    a vertical bar, joined by a line; each point's tooltip holds its date and figures.
+    The x labels tell the runs apart (`time_labels`), with the day in a caption when all
+    are on one day."""
+    left, right, top, bottom = 34, 26, 24, 46
     x0, x1, y0, y1 = left, width - right, top, height - bottom
 
     def y(value: float) -> float:
@@ -202,7 +241,11 @@ def history_plot(
             f'<polyline points="{" ".join(line)}" fill="none" stroke="{DOT}" '
             f'stroke-width="1.5" stroke-opacity="0.6"/>'
         )
-    every = max(1, (len(points) + 5) // 6)  # at most about six date labels
+    ticks, caption = time_labels([p.when for p in points])
+    parts.append(
+        f'<text x="{_f((x0 + x1) / 2)}" y="{height - 4}" {FONT} font-size="10" '
+        f'fill="{MUTED}" text-anchor="middle">{escape(caption)}</text>'
+    )
     for i, p in enumerate(points):
         cx = _f(x(i))
         est, ci = p.estimate, p.estimate.interval
@@ -215,10 +258,13 @@ def history_plot(
             )
         tip = escape(_tooltip(p.when, est, p.note))
         parts.append(f"<g><title>{tip}</title>{_link(p.href, mark)}</g>")
-        if i % every == 0 or i == len(points) - 1:
+        if i in ticks:
+            # Centred under its point, but inside the picture (an end label is wide).
+            half = text_width(ticks[i], 10) / 2
+            tx = _f(min(max(x(i), half), width - half))
             parts.append(
-                f'<text x="{cx}" y="{y1 + 16}" {FONT} font-size="10" fill="{MUTED}" '
-                f'text-anchor="middle">{escape(p.when[5:10] or p.when)}</text>'
+                f'<text x="{tx}" y="{y1 + 16}" {FONT} font-size="10" fill="{MUTED}" '
+                f'text-anchor="middle" class="tick">{escape(ticks[i])}</text>'
             )
     parts.append("</svg>")
     return Markup("".join(parts))

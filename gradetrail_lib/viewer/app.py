@@ -44,6 +44,10 @@ from gradetrail_lib.viewer.labelling import (
 )
 from gradetrail_lib.viewer.pages import Page, Pages, viewer_css
 
+NO_LABELS = (
+    "the labelling queue is served by `gradetrail view --labels`; this viewer was started "
+    "without it, so it shows runs read-only"
+)
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
     "base-uri 'none'; frame-ancestors 'none'"
@@ -214,12 +218,20 @@ def create_app(
         Route("/diff/{a}/{b}", diff, methods=["GET"]),
         Route("/static/viewer.css", stylesheet, methods=["GET"]),
     ]
+
+    def no_labels(request: Request) -> Response:
+        return _response(pages.error(404, "Not found", NO_LABELS))
+
     label_pages = LabelPages(pages, desk) if desk is not None else None
     if label_pages is not None:
         routes += [
             Route("/label/{name}", label_queue, methods=["GET"]),
             Route("/label/{name}", label_post, methods=["POST"]),
         ]
+    else:
+        # A queue link (shared, or from a viewer started with --labels) still answers
+        # 404 here, and says what serves it; a post writes nothing either way.
+        routes.append(Route("/label/{name}", no_labels, methods=["GET", "POST"]))
     app = Starlette(
         routes=routes,
         middleware=[Middleware(HostCheck, names=names)],

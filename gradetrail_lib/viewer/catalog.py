@@ -142,16 +142,18 @@ class Catalog:
         with self.samples(name) as (_, index, _source):
             return damage_flags(index, self.root)
 
-    def pass_rate(self, name: str, run: Run) -> Estimate:
-        """The primary pass rate with its interval: from the manifest's counts, or, with
-        repeats (intervals resample cases), from the run's index."""
+    def pass_rate(self, name: str, run: Run, scorer: str | None = None) -> Estimate:
+        """A scorer's pass rate (by default the primary's) with its interval: from the
+        manifest's counts, or, with repeats (intervals resample cases), from the run's
+        index."""
         m = run.manifest
+        scorer = scorer or m.primary_scorer
         if m.repeats <= 1:
-            figures = m.scores.get(m.primary_scorer)
+            figures = m.scores.get(scorer)
             if figures is not None:
                 return proportion(figures.passed, figures.n)
         with self.samples(name) as (_, index, _source):
-            return index.pass_rate(m.primary_scorer)
+            return index.pass_rate(scorer)
 
     def entries(self, *, rates: bool = True) -> list[RunEntry]:
         """Every directory under the root but hidden ones, in name order; `rates`: with

@@ -278,8 +278,12 @@ class Pages:
         shown = [
             e for e in good if (not spec or e.spec == spec) and (not model or e.model == model)
         ]
+        # The plots' scorer: any scorer of the runs shown (a spec without it plots its
+        # primary); by default each spec's primary.
+        scorers = sorted({s for e in shown if e.run for s in e.run.manifest.scorer_names})
+        scorer = _choice(params, "scorer", ["", *scorers])
         shown = _sort_runs(shown, sort or "-date")
-        state = State("/", {"spec": spec, "model": model, "sort": sort})
+        state = State("/", {"spec": spec, "model": model, "sort": sort, "scorer": scorer})
         return self.render(
             "page_runs.html.j2",
             entries=shown,
@@ -290,9 +294,19 @@ class Pages:
             model=model,
             sort=sort or "-date",
             state=state,
-            plots=_plots(shown, _history(self.history)),
+            scorers=scorers,
+            scorer=scorer,
+            plots=_plots(shown, _history(self.history), scorer, self._rate),
             names=[e.name for e in sorted(good, key=lambda e: e.name)],
         )
+
+    def _rate(self, entry: RunEntry, scorer: str) -> Estimate | None:
+        """A listed run's pass rate on `scorer`; None when it has no such scorer."""
+        if entry.run is None or scorer not in entry.run.manifest.scorer_names:
+            return None
+        if scorer == entry.run.manifest.primary_scorer and entry.pass_rate is not None:
+            return entry.pass_rate
+        return self.catalog.pass_rate(entry.name, entry.run, scorer)
 
     # -- /run/<name> ---------------------------------------------------------------------
     def run(self, name: str, params: Mapping[str, str]) -> Page:
@@ -361,7 +375,7 @@ class Pages:
                 pager=pager,
                 rows=rows,
                 forms=forms,
-                others=self._others(name, m.spec.name),
+                others=self._others(name, m),
                 repeats=index.clustered,
                 threshold=index.threshold,
                 calibrations=run_calibrations(run.path) if run.path is not None else [],
@@ -400,12 +414,17 @@ class Pages:
             damage=self._relative(index.damage[position]),
         )
 
-    def _others(self, name: str, spec: str) -> list[RunEntry]:
-        """The other runs, for the diff form: the same spec's first, newest first."""
+    def _others(self, name: str, manifest: Manifest) -> list[RunEntry]:
+        """The other runs the diff form offers: those that pair with this one (`pairs`),
+        the same spec's first, newest first. Any other would answer 409."""
         entries = self.catalog.entries(rates=False)
-        others = [e for e in entries if e.run is not None and e.name != name]
+        others = [
+            e
+            for e in entries
+            if e.run is not None and e.name != name and pairs(manifest, e.run.manifest)
+        ]
         others.sort(key=lambda e: e.finished_at, reverse=True)
-        return sorted(others, key=lambda e: e.spec != spec)
+        return sorted(others, key=lambda e: e.spec != manifest.spec.name)
 
     # -- /run/<name>/sample/<id> -------------------------------------------------------
     def sample(self, name: str, sample_id: str, params: Mapping[str, str]) -> Page:
@@ -487,7 +506,8 @@ class Pages:
                 check_comparable(ma, mb, scorer, labels=labels)
                 refused = None
             except NotComparable as exc:
-                refused = str(exc)
+                # The page ends the refusal with its own full stop.
+                refused = str(exc).rstrip(".")
             comparison, b_of_a = self._paired(
                 (index_a.signature, index_b.signature, scorer, labels),
                 lambda: _pair(index_a, index_b, ma, mb, scorer, labels),
@@ -570,6 +590,18 @@ class Pages:
         return found
 
 
+def pairs(a: Manifest, b: Manifest) -> bool:
+    """Whether the diff of two runs can pair their samples (else it answers 409): the same
+    dataset (so the same sample ids), the same number of repeats, and a scorer in common.
+    A scorer whose hash differs still pairs: the diff shows what `compare --force` gives."""
+    return (
+        a.dataset.hash == b.dataset.hash
+        and a.samples == b.samples
+        and a.repeats == b.repeats
+        and not set(a.scorer_names).isdisjoint(b.scorer_names)
+    )
+
+
 def _pair(
     a: RunIndex, b: RunIndex, ma: Manifest, mb: Manifest, scorer: str, labels: tuple[str, str]
 ) -> Paired:
@@ -619,6 +651,7 @@ def _sort_runs(entries: list[RunEntry], sort: str) -> list[RunEntry]:
 @dataclass
 class SpecPlots:
     spec: str
+    scorer: str
     forest: Any
     histories: list[Any] = field(default_factory=list)
 
@@ -633,73 +666,115 @@ def _history(store: HistoryStore) -> list[HistoryEntry]:
         return []
 
 
-def _point(entry: HistoryEntry, here: set[str]) -> HistoryPoint | None:
+def _estimate(entry: HistoryEntry) -> Estimate | None:
     rate = entry.pass_rate
     if rate.value is None or rate.low is None or rate.high is None:
         return None
-    estimate = Estimate(
+    return Estimate(
         rate.value, rate.n, Interval(rate.low, rate.high, rate.confidence, rate.method),
         rate.passed, rate.cases,
     )  # fmt: skip
-    href = links.run_href(entry.run_dir) if entry.run_dir in here else None
-    return HistoryPoint(
-        entry.finished_at, estimate, href, f"{entry.run_dir}, {entry.primary_scorer}"
-    )
+
+
+def recorded_points(entries: Sequence[HistoryEntry], here: set[str]) -> list[HistoryPoint]:
+    """One point per run of the history (oldest first), but one for a row of runs with the
+    same identity and the same results (a re-run answered from the cache, a Dagster
+    re-materialization): they measured nothing new. Its point is the row's last run, and
+    its tooltip says how many runs it stands for."""
+    rows: list[list[HistoryEntry]] = []
+    for entry in sorted(entries, key=lambda h: h.finished):
+        last = rows[-1][-1] if rows else None
+        same = last is not None and (last.identity, last.fingerprint) == (
+            entry.identity, entry.fingerprint,
+        )  # fmt: skip
+        if same:
+            rows[-1].append(entry)
+        else:
+            rows.append([entry])
+    points = []
+    for row in rows:
+        entry = row[-1]
+        estimate = _estimate(entry)
+        if estimate is None:
+            continue
+        note = f"{entry.run_dir}, {entry.primary_scorer}"
+        if len(row) > 1:
+            note += f"; {len(row)} runs with the same results (first {_when(row[0].finished_at)})"
+        href = links.run_href(entry.run_dir) if entry.run_dir in here else None
+        points.append(HistoryPoint(entry.finished_at, estimate, href, note))
+    return points
 
 
 def _plots(
-    entries: list[RunEntry], recorded_runs: list[HistoryEntry] | None = None
+    entries: list[RunEntry],
+    recorded_runs: list[HistoryEntry] | None = None,
+    scorer: str = "",
+    rate_of: Callable[[RunEntry, str], Estimate | None] | None = None,
 ) -> list[SpecPlots]:
     """Per spec, each model's latest run in a forest plot; per spec and model with more
-    than one run, the primary pass rate over the runs, oldest first: from the run history
-    when it has them (a nightly re-run of one identity replaces its directory), else from
-    the directories."""
-    past = sorted(recorded_runs or [], key=lambda h: h.finished)
+    than one run, the pass rate over the runs, oldest first. The scorer is `scorer` where
+    a spec has it, else the spec's primary (`rate_of(entry, scorer)` gives a run's rate;
+    by default its primary one). The primary's history comes from the run history when it
+    has two runs or more (a nightly re-run of one identity replaces its directory); any
+    other scorer's, and the primary's without a history, from the directories."""
+    past = recorded_runs or []
     here = {e.name for e in entries}
     out = []
     for spec in sorted({e.spec for e in entries}):
         runs = sorted((e for e in entries if e.spec == spec), key=lambda e: e.finished_at)
+        latest = runs[-1].run
+        primary = latest.manifest.primary_scorer if latest else ""
+        names = {s for e in runs if e.run is not None for s in e.run.manifest.scorer_names}
+        shown = scorer if scorer in names else primary
+
+        def rate(e: RunEntry, shown: str = shown) -> Estimate | None:
+            if rate_of is not None:
+                return rate_of(e, shown)
+            return e.pass_rate if e.run and e.run.manifest.primary_scorer == shown else None
+
         by_model: dict[str, list[RunEntry]] = {}
         for e in runs:
             by_model.setdefault(e.model, []).append(e)
         rows = []
         for model, history in sorted(by_model.items()):
-            last = history[-1]
-            assert last.run is not None and last.pass_rate is not None
+            last = next((e for e in reversed(history) if rate(e) is not None), None)
+            if last is None:
+                continue
+            estimate = rate(last)
+            assert estimate is not None
             rows.append(
                 ForestRow(
-                    model, last.pass_rate, links.run_href(last.name),
-                    f"{last.run.manifest.primary_scorer}, {last.name}, {_when(last.finished_at)}",
+                    model, estimate, links.run_href(last.name),
+                    f"{shown}, {last.name}, {_when(last.finished_at)}",
                 )
             )  # fmt: skip
-        primary = runs[-1].run.manifest.primary_scorer if runs[-1].run else ""
         plots = SpecPlots(
             spec,
-            forest_plot(rows, title=f"{spec}: {primary} pass rate per model (latest run), 95% CI"),
+            shown,
+            forest_plot(rows, title=f"{spec}: {shown} pass rate per model (latest run), 95% CI"),
         )
         for model, runs_of_model in sorted(by_model.items()):
-            recorded = [
-                point
-                for h in past
-                if h.spec == spec and h.model == model and (point := _point(h, here)) is not None
-            ]
+            recorded = recorded_points(
+                [
+                    h
+                    for h in past
+                    if h.spec == spec and h.model == model and h.primary_scorer == shown
+                ],
+                here,
+            )
             if len(recorded) >= 2:
-                title = f"{model}: pass rate over {len(recorded)} runs (run history)"
+                title = f"{model}: {shown} pass rate over {len(recorded)} runs (run history)"
                 plots.histories.append(history_plot(recorded, title=title))
                 continue
-            history_of_model = runs_of_model
-            if len(history_of_model) < 2:
-                continue
             points = [
-                HistoryPoint(
-                    e.finished_at, e.pass_rate, links.run_href(e.name),
-                    f"{e.name}" + (f", {e.run.manifest.primary_scorer}" if e.run else ""),
-                )
-                for e in history_of_model
-                if e.pass_rate is not None
-            ]  # fmt: skip
+                HistoryPoint(e.finished_at, estimate, links.run_href(e.name), f"{e.name}, {shown}")
+                for e in runs_of_model
+                if (estimate := rate(e)) is not None
+            ]
+            if len(points) < 2:
+                continue
             plots.histories.append(
-                history_plot(points, title=f"{model}: pass rate over {len(points)} runs")
+                history_plot(points, title=f"{model}: {shown} pass rate over {len(points)} runs")
             )
         out.append(plots)
     return out

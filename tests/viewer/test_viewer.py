@@ -93,7 +93,7 @@ def test_runs_page_lists_every_run_with_its_figures_and_unreadable_ones_as_error
     # A forest plot for the spec (a and b, each latest run) and a's history of two runs.
     assert html.count('class="forest"') == 1
     assert html.count('class="history"') == 1
-    assert "a: pass rate over 2 runs" in html
+    assert "a: exact pass rate over 2 runs" in html
     # Filtered and sorted by the URL.
     only_b = get(url, "/?model=b").text
     assert f'href="/run/{runs.b}"' in only_b and f'href="/run/{runs.a}"' not in only_b
@@ -491,7 +491,7 @@ def test_the_history_plot_reads_a_shared_store(
     store = open_history(tmp_path / "b", store=postgres_url, cache="c.db")
     with Background(tmp_path / "b", history=store) as base:
         html = get(base, "/").text
-    assert "m-1: pass rate over 2 runs (run history)" in html
+    assert "m-1: score pass rate over 2 runs (run history)" in html
     with Background(tmp_path / "b") as base:  # the file under the root: nothing recorded
         assert "run history" not in get(base, "/").text
     close_pools()
@@ -520,4 +520,4 @@ def test_the_history_plot_shows_every_recorded_run_of_one_identity(tmp_path: Pat
     assert len([p for p in root.iterdir() if not p.name.startswith(".")]) == 1
     with Background(root) as base:
         html = get(base, "/").text
-    assert "m-1: pass rate over 2 runs (run history)" in html
+    assert "m-1: score pass rate over 2 runs (run history)" in html
