@@ -80,7 +80,8 @@ def build_partition_sensor(graphs: list[SpecGraph]) -> dg.SensorDefinition:
 
 
 def build_release_sensor(graphs: list[SpecGraph]) -> dg.SensorDefinition:
-    """Polls the model listings of specs that `watch` a provider; evaluates new matches.
+    """Polls the model listings of specs that `watch` a provider; evaluates new matches
+    (with `watch.incumbent`: checks each against the incumbent until decided).
 
     The first tick for a spec records what is listed as already seen: the sensor evaluates
     releases, not the back catalogue (list those models in the spec to evaluate them).
@@ -89,7 +90,7 @@ def build_release_sensor(graphs: list[SpecGraph]) -> dg.SensorDefinition:
 
     @dg.sensor(
         name="gradetrail_model_releases",
-        jobs=[g.job for g in watching] or None,
+        jobs=[g.release_job or g.job for g in watching] or None,
         minimum_interval_seconds=int(os.environ.get("GRADETRAIL_RELEASE_POLL_S", "900")),
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Adds and evaluates new models that match a spec's watch pattern.",
@@ -113,10 +114,13 @@ def build_release_sensor(graphs: list[SpecGraph]) -> dg.SensorDefinition:
             seen[spec.name] = sorted(set(seen.get(spec.name, [])) | set(listed))
             if new:
                 partition_requests.append(graph.partitions.build_add_request(new))
+                # With an incumbent (`watch.incumbent`) the release is checked against
+                # it until decided; without, evaluated on every case.
+                job = graph.release_job or graph.job
                 run_requests.extend(
                     dg.RunRequest(
                         run_key=f"{spec.name}:{model}:release",
-                        job_name=graph.job.name,
+                        job_name=job.name,
                         partition_key=model,
                         tags={"gradetrail/trigger": "model_release"},
                     )

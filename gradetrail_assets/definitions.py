@@ -56,7 +56,7 @@ def build_definitions(
         assets.append(_spec_errors_asset(errors))
     return dg.Definitions(
         assets=assets,
-        jobs=[g.job for g in graphs],
+        jobs=[job for g in graphs for job in g.jobs],
         schedules=[build_nightly_schedule(g) for g in graphs],
         sensors=[
             build_partition_sensor(graphs),

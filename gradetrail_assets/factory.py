@@ -23,7 +23,7 @@ from gradetrail_assets.metadata import (
     stats_metadata,
     viewer_metadata,
 )
-from gradetrail_assets.names import dagster_name, job_name, partitions_name
+from gradetrail_assets.names import dagster_name, job_name, partitions_name, release_job_name
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_assets.tables import (
     SCORE_COLUMNS,
@@ -36,10 +36,12 @@ from gradetrail_lib.analysis.stats import run_stats
 from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset
 from gradetrail_lib.engine.run import FetchedRun, RunOptions, fetch_run, plan_spec, run_model
+from gradetrail_lib.engine.until_decided import DecidedRuns, run_until_decided
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.providers.pricing import load_prices
 from gradetrail_lib.report.html import write_report
 from gradetrail_lib.results.runs import RESULTS_FILE, load_run
+from gradetrail_lib.results.text import markdown_text
 from gradetrail_lib.results.trace import iter_records
 from gradetrail_lib.spec.identity import scorer_hash, spec_requests_hash
 from gradetrail_lib.spec.spec import LoadedSpec
@@ -68,14 +70,66 @@ class SpecGraph:
         self.assets = assets
         # Built here so that mypy infers the job's type: Dagster does not export the name
         # of what define_asset_job returns (UnresolvedAssetJobDefinition) publicly.
+        release = dg.AssetKey([dagster_name(spec.spec.name), "release"])
+        selection: dg.AssetSelection = dg.AssetSelection.groups(dagster_name(spec.spec.name))
+        if incumbent_of(spec) is not None:
+            # The release check is a job of its own (below), never part of an evaluation.
+            selection = selection - dg.AssetSelection.assets(release)
         self.job = dg.define_asset_job(
             job_name(spec.spec.name),
-            selection=dg.AssetSelection.groups(dagster_name(spec.spec.name)),
+            selection=selection,
             description=f"Evaluate spec {spec.spec.name} for one model partition.",
         )
+        # A spec whose `watch` names an incumbent checks a release against it, until
+        # decided, rather than evaluating it on every case.
+        self.release_job = None
+        if incumbent_of(spec) is not None:
+            self.release_job = dg.define_asset_job(
+                release_job_name(spec.spec.name),
+                selection=dg.AssetSelection.assets(release),
+                description=f"Check a release (the partition's model) against "
+                f"{incumbent_of(spec)} on spec {spec.spec.name}, until decided.",
+            )
+
+    @property
+    def jobs(self) -> list[Any]:
+        return [self.job] + ([self.release_job] if self.release_job is not None else [])
 
     def key(self, step: str) -> dg.AssetKey:
         return dg.AssetKey([dagster_name(self.spec.spec.name), step])
+
+
+def incumbent_of(loaded: LoadedSpec) -> str | None:
+    watch = loaded.spec.watch
+    return watch.incumbent if watch is not None else None
+
+
+def release_metadata(decided: DecidedRuns) -> dict[str, Any]:
+    """The release check's verdict, its method, the cases used and what it cost."""
+    d = decided.decision
+    winner = {
+        "B": decided.challenger.manifest.model.requested,
+        "A": decided.incumbent.manifest.model.requested,
+    }.get(d.verdict)
+    return {
+        "verdict": dg.MetadataValue.text(d.verdict if winner is None else f"{d.verdict}: {winner}"),
+        "summary": dg.MetadataValue.md(markdown_text(decided.describe())),
+        "method": dg.MetadataValue.text(d.method),
+        "samples_used": dg.MetadataValue.int(d.cases),
+        "samples_available": dg.MetadataValue.int(d.available),
+        "difference": dg.MetadataValue.float(d.difference),
+        "sequence_low": dg.MetadataValue.float(d.low),
+        "sequence_high": dg.MetadataValue.float(d.high),
+        "cost_usd": dg.MetadataValue.float(decided.cost_usd)
+        if decided.cost_usd is not None
+        else dg.MetadataValue.text("unknown (no price)"),
+        "saved_usd": dg.MetadataValue.float(decided.saved_usd)
+        if decided.saved_usd is not None
+        else dg.MetadataValue.text("unknown (no price)"),
+        "incumbent_run": dg.MetadataValue.path(str(decided.incumbent.run_dir)),
+        "challenger_run": dg.MetadataValue.path(str(decided.challenger.run_dir)),
+        "sequential": dg.MetadataValue.json(decided.sequential()),
+    }
 
 
 def _plan_for(loaded: LoadedSpec, model_name: str) -> RunPlan:
@@ -308,4 +362,38 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             metadata=leaderboard_metadata(board),
         )
 
-    return SpecGraph(loaded, partitions, [dataset, responses, scores, stats, report, leaderboard])
+    built = [dataset, responses, scores, stats, report, leaderboard]
+    incumbent = incumbent_of(loaded)
+    if incumbent is not None:
+
+        @dg.asset(
+            key=dg.AssetKey([name, "release"]),
+            deps=[keys["dataset"]],
+            pool=DB_POOL,
+            description=f"The partition's model (a release) against the incumbent "
+            f"`{incumbent}` on the spec's cases in a seeded random order, a chunk at a time, "
+            "until an anytime-valid confidence sequence on their mean difference decides "
+            "(betting-cs-wsr-2024): the challenger or the incumbent better, equivalent, or "
+            "undecided when the cases run out. Only the cases sent are paid; the two run "
+            "directories hold them.",
+            **common,
+        )
+        def release(
+            context: dg.AssetExecutionContext, gradetrail: GradetrailResource
+        ) -> dg.MaterializeResult:  # type: ignore[type-arg]
+            challenger = context.partition_key
+            if challenger == incumbent:
+                raise dg.Failure(description=f"{challenger} is the incumbent: nothing to check")
+            decided = run_until_decided(
+                _plan_for(loaded, incumbent), _plan_for(loaded, challenger),
+                gradetrail.cache(), gradetrail.make_backend(), gradetrail.results_root(),
+                history=gradetrail.history(),
+            )  # fmt: skip
+            context.log.info(decided.describe())
+            return dg.MaterializeResult(
+                data_version=dg.DataVersion(hash_json(decided.sequential())),
+                metadata=release_metadata(decided),
+            )
+
+        built.append(release)
+    return SpecGraph(loaded, partitions, built)

@@ -13,3 +13,7 @@ def partitions_name(spec_name: str) -> str:
 
 def job_name(spec_name: str) -> str:
     return f"{dagster_name(spec_name)}__eval"
+
+
+def release_job_name(spec_name: str) -> str:
+    return f"{dagster_name(spec_name)}__release"

@@ -259,6 +259,9 @@ class Watch(Strict):
     match: str = Field(min_length=1, description="fnmatch pattern over model ids")
     base_url: str | None = None
     api_key_env: str | None = None
+    # The spec's model a release is checked against (until decided) instead of being
+    # evaluated on the whole dataset; one of the spec's `models` (the spec checks).
+    incumbent: str | None = Field(default=None, min_length=1)
 
     @field_validator("provider")
     @classmethod

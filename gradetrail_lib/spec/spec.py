@@ -149,6 +149,13 @@ class Spec(Strict):
             raise ValueError("give prompt (one user message) or messages (a chat), one of them")
         if self.messages is not None and self.system is not None:
             raise ValueError("with messages, write the system message among them")
+        incumbent = self.watch.incumbent if self.watch is not None else None
+        names = [m.name for m in self.models]
+        if incumbent is not None and incumbent not in names:
+            raise ValueError(
+                f"watch.incumbent {incumbent!r} is not one of the spec's models "
+                f"({', '.join(names)})"
+            )
         return self
 
     @property

@@ -122,3 +122,66 @@ def test_nightly_schedule_requests_every_partition_with_idempotent_run_keys(
     )
     assert isinstance(next_night, list)
     assert {r.run_key for r in next_night}.isdisjoint({r.run_key for r in requests})
+
+
+def test_a_release_is_checked_against_the_incumbent_until_decided(
+    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+) -> None:
+    """With `watch.incumbent` the sensor's run is the release job; materialized, the
+    release asset runs the new model against the incumbent until the confidence sequence
+    decides: the incumbent answers wrong on every other case, the release never, so the
+    release is named better after the first chunk or two of 400 cases, and the metadata
+    says so with the cases used and the cost."""
+    from gradetrail_lib.results.runs import load_run
+    from tests.support.fake_llm_server import default_responder
+
+    def responder(body: dict[str, object]) -> str:
+        answer = default_responder(body)  # type: ignore[arg-type]
+        wrong = body.get("model") == "fake-1" and len(str(body)) % 2 == 0
+        return "-1" if wrong else answer
+
+    fake_server.responder = responder
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    write_addition_dataset(specs / "data" / "add.jsonl", 400, wrong_every=10**6)
+    spec = write_spec(specs / "add.yaml", base_url=f"{fake_server.base_url}/v1")
+    with open(spec, "a") as out:
+        out.write(
+            "watch: {provider: openai_compatible, match: 'fake-2*', incumbent: fake-1, "
+            f"base_url: '{fake_server.base_url}/v1'}}\n"
+        )
+    settings = GradetrailResource(
+        database=str(tmp_path / "db.duckdb"), results_dir=str(tmp_path / "results")
+    )
+    defs = build_definitions(specs, settings)
+    sensor = defs.resolve_sensor_def("gradetrail_model_releases")
+    fake_server.models = ["fake-1"]
+    first = sensor(dg.build_sensor_context(instance=instance))
+    assert isinstance(first, dg.SensorResult)
+    fake_server.models = ["fake-1", "fake-2-new"]
+    second = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+    assert isinstance(second, dg.SensorResult)
+    (request,) = second.run_requests
+    assert (request.job_name, request.partition_key) == ("add__release", "fake-2-new")
+    # The eval job does not hold the release asset; the release job holds only it.
+    eval_keys = defs.resolve_job_def("add__eval").asset_layer.executable_asset_keys
+    assert dg.AssetKey(["add", "release"]) not in eval_keys
+
+    instance.add_dynamic_partitions("add__models", ["fake-2-new"])
+    result = defs.resolve_job_def("add__release").execute_in_process(
+        instance=instance, partition_key="fake-2-new"
+    )
+    assert result.success
+    (event,) = result.asset_materializations_for_node("add__release")
+    meta = event.metadata
+    assert meta["verdict"].value == "B: fake-2-new"
+    assert meta["method"].value == "betting-cs-wsr-2024"
+    used = meta["samples_used"].value
+    assert isinstance(used, int) and 0 < used < 400 and meta["samples_available"].value == 400
+    assert meta["sequence_low"].value > 0  # type: ignore[operator]
+    assert "cost_usd" in meta and "saved_usd" in meta
+    # Only the cases used were sent, each once per model.
+    sent = [r["body"].get("model") for r in fake_server.requests]
+    assert sent.count("fake-2-new") == used and sent.count("fake-1") == used
+    run = load_run(Path(str(meta["challenger_run"].value)))
+    assert run.manifest.sequential is not None and run.manifest.sequential["verdict"] == "B"
