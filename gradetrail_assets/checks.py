@@ -24,7 +24,6 @@ import dagster as dg
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib.analysis.calibration import MIN_RANDOM_LABELS, Calibration
 from gradetrail_lib.analysis.summary import RunSummary
-from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import AGENT_STOPS, Manifest
 
 # Where Dagster stores an asset materialization's data version (dagster._core's
@@ -78,21 +77,15 @@ def _rate(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def judge_error_rates(totals: RunTotals, manifest: Manifest) -> dict[str, dict[str, float | int]]:
-    """Per judge scorer (and any other scorer that reported a judge error), from the
-    run's totals (no record held)."""
-    answered = totals.answered
-    rates: dict[str, dict[str, float | int]] = {}
-    for info in manifest.scorers:
-        kinds = totals.error_kinds.get(info.name)
-        errors = kinds["judge_error"] if kinds is not None else 0
-        if info.type == "judge" or errors:
-            rates[info.name] = {
-                "errors": errors,
-                "answered": answered,
-                "rate": _rate(errors, answered),
-            }
-    return rates
+def judge_error_rates(summary: RunSummary) -> dict[str, dict[str, float | int]]:
+    """Per judge scorer (and any other scorer that reported a judge error), its judge
+    errors over the answered samples, from the run's summary (as every surface counts
+    them)."""
+    answered = summary.answered
+    return {
+        name: {"errors": errors, "answered": answered, "rate": _rate(errors, answered)}
+        for name, errors in summary.judge_errors.items()
+    }
 
 
 def judge_agreement_check(
@@ -175,7 +168,6 @@ def agent_stop_check(summary: RunSummary, settings: GradetrailResource) -> dg.As
 
 
 def score_checks(
-    totals: RunTotals,
     summary: RunSummary,
     manifest: Manifest,
     settings: GradetrailResource,
@@ -188,7 +180,7 @@ def score_checks(
     errors = summary.outcomes.get("provider_error", 0)
     truncated = summary.failure_modes.get("truncated", 0)
     error_rate, truncation_rate = _rate(errors, n), _rate(truncated, n)
-    judges = judge_error_rates(totals, manifest)
+    judges = judge_error_rates(summary)
     worst = max(judges.items(), key=lambda kv: kv[1]["rate"], default=None)
     worst_rate = float(worst[1]["rate"]) if worst else 0.0
     limit = settings.max_judge_error_rate

@@ -242,7 +242,8 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         judge = done.summary.judge
         context.log.info(
             f"judge calls: {judge.calls} sent, {judge.cache_hits} cache hits, "
-            f"{judge.errors} errors; no target call (responses made them)"
+            f"{judge.errors} failed; {done.summary.judge_error_count} judge errors (no "
+            "usable grade); no target call (responses made them)"
         )
         # The table's rows from the records as the run directory holds them, a batch at
         # a time (none of the run's records in memory), the failures shown kept on the way.
@@ -277,7 +278,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         )  # fmt: skip
         dataset_version = latest_data_version(context.instance, keys["dataset"], partition)
         yield from score_checks(
-            done.totals, done.summary, done.manifest, gradetrail, dataset_version, agent=agent,
+            done.summary, done.manifest, gradetrail, dataset_version, agent=agent,
             calibrations=calibrations,
         )  # fmt: skip
 

@@ -19,9 +19,9 @@ import dagster as dg
 
 from gradetrail_lib.analysis.calibration import Calibration
 from gradetrail_lib.analysis.stats import RunStats, describe
-from gradetrail_lib.analysis.summary import RunSummary, format_cost
+from gradetrail_lib.analysis.summary import RunSummary, format_cost, format_total_cost
 from gradetrail_lib.engine.run import FetchedRun
-from gradetrail_lib.providers.pricing import format_usd, sum_costs
+from gradetrail_lib.providers.pricing import LOCAL_COST, format_usd, sum_costs
 from gradetrail_lib.results.text import markdown_text
 from gradetrail_lib.results.trace import (
     AGENT_FAILURE_MODES,
@@ -94,9 +94,14 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 def _calls_line(label: str, totals: CallTotals) -> str:
     return (
         f"**{label}**: {totals.calls} calls, {totals.cache_hits} cache hits, "
-        f"{totals.errors} errors; tokens {totals.input_tokens} in / {totals.output_tokens} "
-        f"out; cost {format_cost(totals)}"
+        f"{totals.errors} failed calls; tokens {totals.input_tokens} in / "
+        f"{totals.output_tokens} out; cost {format_cost(totals)}"
     )
+
+
+def _floats(values: dict[str, float | None]) -> dict[str, Any]:
+    """Figures as floats, which Dagster plots; one that does not exist (None) left out."""
+    return {name: dg.MetadataValue.float(v) for name, v in values.items() if v is not None}
 
 
 def saved_usd(totals: CallTotals) -> float | None:
@@ -109,7 +114,8 @@ def cost_metadata(target: CallTotals, judge: CallTotals) -> dict[str, Any]:
     (`cost_usd`: every answered call, a cache hit at what it cost; `cost_paid_usd`: this
     run's own calls; `cost_saved_usd`: what batch and prompt caching saved on them) and
     the judges' (`judge_cost_usd`, `judge_cost_paid_usd`, `judge_cost_saved_usd`). A cost
-    that is unknown (a price missing from the price list) is left out, not shown as 0."""
+    that is unknown (a price missing from the price list), or a local model's (no price),
+    is left out, not shown as 0."""
     costs = {
         "cost_usd": target.cost_usd,
         "cost_paid_usd": target.cost_paid_usd,
@@ -118,12 +124,34 @@ def cost_metadata(target: CallTotals, judge: CallTotals) -> dict[str, Any]:
         "judge_cost_paid_usd": judge.cost_paid_usd,
         "judge_cost_saved_usd": saved_usd(judge),
     }
-    return {name: dg.MetadataValue.float(usd) for name, usd in costs.items() if usd is not None}
+    return _floats(costs)
+
+
+def failed(record: TraceRecord) -> bool:
+    """A record the failures table shows: it failed (a failure mode), or a scorer other
+    than the primary one gave it no score for its own fault (a judge error, say)."""
+    return record.failure_mode is not None or record.scorer_error() is not None
+
+
+def _failure_of(record: TraceRecord, primary: str) -> str:
+    """The failure mode, or the kind of another scorer's error and the scorer's name."""
+    if record.failure_mode is not None:
+        return record.failure_mode
+    found = record.scorer_error()
+    assert found is not None
+    name, entry = found
+    return f"{entry.error} ({markdown_text(name)})"
+
+
+def _failure_reason(record: TraceRecord, primary: str) -> str:
+    found = record.scorer_error() if record.failure_mode is None else None
+    entry = found[1] if found is not None else record.scores.get(primary)
+    return _cell(entry.reason if entry else "")
 
 
 class FirstFailures:
-    """The first failed records of a stream, kept as the stream passes through (the
-    scores table reads the run's records once, and the metadata shows these)."""
+    """The first failed records of a stream (`failed`), kept as the stream passes through
+    (the scores table reads the run's records once, and the metadata shows these)."""
 
     def __init__(self, limit: int = FAILURES_SHOWN) -> None:
         self.limit = limit
@@ -133,7 +161,7 @@ class FirstFailures:
         """`records` as they come; a stream watched again (a retry) starts afresh."""
         self.records = []
         for record in records:
-            if record.failure_mode and len(self.records) < self.limit:
+            if len(self.records) < self.limit and failed(record):
                 self.records.append(record)
             yield record
 
@@ -154,23 +182,25 @@ def scores_metadata(
     scorer_lines = "\n".join(
         f"| {markdown_text(name)}{' (primary)' if name == primary else ''} | {f.type} "
         f"| {f.scored}/{f.n} "
-        f"| {f.errors} | {_fmt(f.mean)} | {f.passed} |"
+        f"| {f.errors} | {f.judge_errors} | {_fmt(f.mean)} | {f.passed} |"
         for name, f in summary.scorers.items()
     )
     outcome_lines = "\n".join(f"| {k} | {v} |" for k, v in summary.outcomes.items())
     mode_lines = "\n".join(
         f"| {k} | {v} |" for k, v in failure_counts(summary.failure_modes, agent).items()
     )
-    failures = list(islice((r for r in records if r.failure_mode), FAILURES_SHOWN))
+    failures = list(islice((r for r in records if failed(r)), FAILURES_SHOWN))
     steps_head, steps_rule = (" steps |", "---|") if agent else ("", "")
     failure_lines = "\n".join(
-        f"| {markdown_text(r.id)} | {r.failure_mode} |{f' {len(r.trajectory)} |' if agent else ''} "
-        f"{_cell(e.reason if (e := r.scores.get(primary)) else '')} |"
+        f"| {markdown_text(r.id)} | {_failure_of(r, primary)} |"
+        f"{f' {len(r.trajectory)} |' if agent else ''} {_failure_reason(r, primary)} |"
         for r in failures
     )
     table = (
-        "| scorer | type | scored | errors | mean | passed |\n|---|---|---|---|---|---|\n"
-        f"{scorer_lines}\n\n| outcome | count |\n|---|---|\n{outcome_lines}\n\n"
+        "| scorer | type | scored | errors | judge errors | mean (of scored) | passed |\n"
+        "|---|---|---|---|---|---|---|\n"
+        f"{scorer_lines}\n\n| outcome (by the primary scorer) | count |\n|---|---|\n"
+        f"{outcome_lines}\n\n"
         f"| failure mode | count |\n|---|---|\n{mode_lines}\n\n"
         f"{_calls_line('Target (calls made by responses)', summary.target)}\n\n"
         f"{_calls_line('Judges (calls made here)', summary.judge)}\n\n"
@@ -187,7 +217,8 @@ def scores_metadata(
         "summary": dg.MetadataValue.md(table),
         "samples": dg.MetadataValue.int(summary.samples),
         "primary_scorer": dg.MetadataValue.text(primary),
-        "mean_score": dg.MetadataValue.float(primary_figures.mean or 0.0),
+        # A mean over no scored sample is left out, not shown as 0.
+        **_floats({"mean_score": primary_figures.mean}),
         "scorers": dg.MetadataValue.json(
             {name: f.model_dump(mode="json") for name, f in summary.scorers.items()}
         ),
@@ -196,15 +227,20 @@ def scores_metadata(
         # The target's figures keep their plain names; the judges' are prefixed.
         "input_tokens": dg.MetadataValue.int(target.input_tokens),
         "output_tokens": dg.MetadataValue.int(target.output_tokens),
-        "cost": dg.MetadataValue.text(format_usd(target.cost_usd)),
+        "cost": dg.MetadataValue.text(format_total_cost(target)),
         "cache_hits": dg.MetadataValue.int(target.cache_hits),
         "judge_calls": dg.MetadataValue.int(judge.calls),
         "judge_cache_hits": dg.MetadataValue.int(judge.cache_hits),
-        "judge_errors": dg.MetadataValue.int(judge.errors),
+        # Samples a judge gave no usable grade (`RunSummary.judge_errors`), as the run's
+        # summary, the report and the viewer count them; its failed calls apart.
+        "judge_errors": dg.MetadataValue.int(summary.judge_error_count),
+        "judge_failed_calls": dg.MetadataValue.int(judge.errors),
         "judge_input_tokens": dg.MetadataValue.int(judge.input_tokens),
         "judge_output_tokens": dg.MetadataValue.int(judge.output_tokens),
-        "judge_cost": dg.MetadataValue.text(format_usd(judge.cost_usd)),
-        "judge_cost_paid": dg.MetadataValue.text(format_usd(judge.cost_paid_usd)),
+        "judge_cost": dg.MetadataValue.text(format_total_cost(judge)),
+        "judge_cost_paid": dg.MetadataValue.text(
+            LOCAL_COST if judge.local else format_usd(judge.cost_paid_usd)
+        ),
         **cost_metadata(target, judge),
         "identity": dg.MetadataValue.text(manifest.identity),
         "scorer_hash": dg.MetadataValue.text(manifest.scorer_hash),
@@ -213,8 +249,9 @@ def scores_metadata(
         "run_dir": dg.MetadataValue.path(run_dir),
     }
     for name, f in summary.scorers.items():
-        metadata[f"mean_score[{name}]"] = dg.MetadataValue.float(f.mean or 0.0)
+        metadata |= _floats({f"mean_score[{name}]": f.mean})
         metadata[f"errors[{name}]"] = dg.MetadataValue.int(f.errors)
+        metadata[f"judge_errors[{name}]"] = dg.MetadataValue.int(f.judge_errors)
     return metadata | calibration_metadata(calibrations) | viewer_metadata(run_dir)
 
 
@@ -280,18 +317,24 @@ def stats_metadata(
     metadata: dict[str, Any] = {
         "summary": dg.MetadataValue.md("\n\n".join(lines)),
         "primary_scorer": dg.MetadataValue.text(primary),
-        "pass_rate": dg.MetadataValue.float(main.pass_rate.value or 0.0),
-        "pass_rate_low": dg.MetadataValue.float(interval.low if interval else 0.0),
-        "pass_rate_high": dg.MetadataValue.float(interval.high if interval else 0.0),
+        **_floats(
+            {
+                "pass_rate": main.pass_rate.value,
+                "pass_rate_low": interval.low if interval else None,
+                "pass_rate_high": interval.high if interval else None,
+            }
+        ),
         "n": dg.MetadataValue.int(main.samples),
         "outcomes": dg.MetadataValue.json(main.outcomes),
         **_failure_metadata(main.failure_modes, agent),
-        "cost": dg.MetadataValue.text(format_usd(main.cost_usd)),
+        "cost": dg.MetadataValue.text(format_total_cost(target)),
         **cost_metadata(target, judge),
         "cache_hits": dg.MetadataValue.int(main.cache_hits),
         "stats": dg.MetadataValue.json({name: s.to_json() for name, s in figures.items()}),
     }
     for name, stats in figures.items():
-        metadata[f"pass_rate[{name}]"] = dg.MetadataValue.float(stats.pass_rate.value or 0.0)
-        metadata[f"mean_score[{name}]"] = dg.MetadataValue.float(stats.mean_score.value or 0.0)
+        metadata |= _floats(
+            {f"pass_rate[{name}]": stats.pass_rate.value,
+             f"mean_score[{name}]": stats.mean_score.value}
+        )  # fmt: skip
     return metadata

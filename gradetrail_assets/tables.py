@@ -30,7 +30,7 @@ from gradetrail_lib.analysis.stats import RunStats
 from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
 from gradetrail_lib.cache.postgres import PostgresDatabase
 from gradetrail_lib.errors import GradetrailError
-from gradetrail_lib.providers.pricing import sum_costs
+from gradetrail_lib.providers.pricing import shown_cost, sum_costs
 from gradetrail_lib.results.runs import Run
 from gradetrail_lib.results.totals import RunTotals
 from gradetrail_lib.results.trace import CallTotals, Manifest, TraceRecord
@@ -342,7 +342,8 @@ def _target_figures(record: TraceRecord) -> tuple[Any, ...]:
         if target is None:
             return (None,) * 6
         return (target.request_key, target.input_tokens, target.output_tokens,
-                target.latency_s, target.cost_usd, target.cache_hit)  # fmt: skip
+                target.latency_s, shown_cost(target.provider, target.cost_usd),
+                target.cache_hit)  # fmt: skip
     ok = [c for c in calls if c.error is None]
 
     def total(values: list[Any]) -> Any:
@@ -351,7 +352,8 @@ def _target_figures(record: TraceRecord) -> tuple[Any, ...]:
     return (
         calls[-1].request_key, total([c.input_tokens for c in ok]),
         total([c.output_tokens for c in ok]), total([c.latency_s for c in ok]),
-        sum_costs([c.cost_usd for c in ok]) if ok else None, all(c.cache_hit for c in calls),
+        sum_costs([shown_cost(c.provider, c.cost_usd) for c in ok]) if ok else None,
+        all(c.cache_hit for c in calls),
     )  # fmt: skip
 
 
@@ -368,13 +370,16 @@ def score_rows(
         for name, kind in kinds:
             entry = r.scores.get(name)
             judged = [c for c in r.calls if c.role == "judge" and c.scorer == name]
-            judge_cost = sum_costs([c.cost_usd for c in judged if c.error is None])
+            judge_cost = sum_costs(
+                [shown_cost(c.provider, c.cost_usd) for c in judged if c.error is None]
+            )
             yield (
                 spec, model, manifest.identity, r.id, r.repeat, name, kind, name == primary,
                 r.score_of(name), r.passes(name), entry.reason if entry else None,
                 entry.error if entry else None, r.outcome, r.failure_mode,
                 target[0], r.stop_reason, *target[1:], len(judged),
-                sum(c.error is not None for c in judged),
+                # A judge error as the summary counts it: no usable grade.
+                int(entry is not None and entry.error == "judge_error"),
                 sum(c.input_tokens or 0 for c in judged),
                 sum(c.output_tokens or 0 for c in judged),
                 judge_cost if judged else None,
@@ -403,7 +408,10 @@ def stats_rows(
         stats = figures[info.name]
         passing, mean = stats.pass_rate, stats.mean_score
         judged = judge_totals(totals, info.name)
-        scorer_errors = manifest.scores[info.name].errors if info.name in manifest.scores else None
+        # The run's summary (its manifest) counts a scorer's errors and judge errors.
+        figures_of = manifest.scores.get(info.name)
+        scorer_errors = figures_of.errors if figures_of is not None else None
+        judge_errors = figures_of.judge_errors if figures_of is not None else None
         rows.append(
             (
                 spec, model, manifest.identity, info.name, info.type,
@@ -416,7 +424,7 @@ def stats_rows(
                 passing.interval.confidence if passing.interval else None,
                 stats.threshold, scorer_errors,
                 stats.input_tokens, stats.output_tokens, stats.cost_usd, stats.cache_hits,
-                judged.calls, judged.cache_hits, judged.errors, judged.input_tokens,
+                judged.calls, judged.cache_hits, judge_errors, judged.input_tokens,
                 judged.output_tokens, judged.cost_usd, str(run.path),
             )
         )  # fmt: skip

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradetrail_lib.providers.pricing import PriceList, format_usd, usage_cost
+from gradetrail_lib.providers import registry
+from gradetrail_lib.providers.pricing import LOCAL_COST, PriceList, format_usd, usage_cost
 from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.results.totals import SentKeys
 from gradetrail_lib.results.trace import Manifest, Role, TraceRecord
@@ -57,9 +58,18 @@ class ModelCost:
         return f"{self.provider}/{self.model}{suffix}"
 
     @property
+    def local(self) -> bool:
+        """A local model (`registry.runs_locally`): no price, whatever the list says."""
+        return registry.runs_locally(self.provider)
+
+    @property
     def cost_usd(self) -> float | None:
         known = self.priced and not self.missing_usage and not self.unpriced_batch
-        return self.known_usd if known else None
+        return self.known_usd if known and not self.local else None
+
+    def usd(self, value: float | None) -> str:
+        """One of this model's costs as text: `LOCAL_COST` for a local model's."""
+        return LOCAL_COST if self.local else format_usd(value)
 
     @property
     def paid_usd(self) -> float | None:
@@ -103,7 +113,9 @@ class ModelCost:
             "batch_saved_usd": self.batch_saved_usd,
             "cache_saved_usd": self.cache_saved_usd,
             "missing_usage": self.missing_usage,
-            "priced": self.priced,
+            "priced": self.priced and not self.local,
+            # A local model's costs are null: it has no price (not an unknown one).
+            "local": self.local,
             "cost_usd": self.cost_usd,
             "paid_usd": self.paid_usd,
             "reused_from_cache_usd": self.reused_usd_or_none,
@@ -129,7 +141,7 @@ class CostReport:
 
     @property
     def unknown_prices(self) -> list[str]:
-        return [m.name for m in self.models if not m.priced]
+        return [m.name for m in self.models if not m.priced and not m.local]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -143,8 +155,20 @@ class CostReport:
 
 
 def _total(models: Sequence[ModelCost]) -> float | None:
-    costs = [m.cost_usd for m in models]
+    """The priced models' total (a local model adds nothing: it has no price); None when
+    a cost is unknown, or when every model is local."""
+    priced = [m for m in models if not m.local]
+    costs = [m.cost_usd for m in priced]
+    if not priced and models:
+        return None
     return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+
+
+def _total_text(models: Sequence[ModelCost]) -> str:
+    """A total as text: `LOCAL_COST` when every model in it is local."""
+    if models and all(m.local for m in models):
+        return LOCAL_COST
+    return format_usd(_total(models))
 
 
 def reprice(
@@ -237,20 +261,24 @@ def format_cost(report: CostReport) -> str:
     ]
     for m in report.models:
         # A judge scores no sample of its own: its cost per sample is the target's concern.
-        per_scored = usd(m.per(m.scored)) if m.role == "target" else "-"
-        per_passed = usd(m.per(m.passed)) if m.role == "target" else "-"
+        per_scored = m.usd(m.per(m.scored)) if m.role == "target" else "-"
+        per_passed = m.usd(m.per(m.passed)) if m.role == "target" else "-"
         lines.append(
             f"{m.name:<40} {m.calls:>6} {m.cache_hits:>6} {m.input_tokens:>10} "
-            f"{m.output_tokens:>10} {usd(m.cost_usd):>12} {per_scored:>12} {per_passed:>12}"
+            f"{m.output_tokens:>10} {m.usd(m.cost_usd):>12} {per_scored:>12} {per_passed:>12}"
         )
-    total = f"Total: {usd(report.total_usd)}"
+    total = f"Total: {_total_text(report.models)}"
     if any(m.role == "judge" for m in report.models):
-        total += (
-            f" (models under test {usd(report.total_of('target'))}; "
-            f"judges {usd(report.total_of('judge'))})"
-        )
+        by_role = {
+            role: _total_text([m for m in report.models if m.role == role])
+            for role in ("target", "judge")
+        }
+        total += f" (models under test {by_role['target']}; judges {by_role['judge']})"
     lines.append(total)
     for m in report.models:
+        if m.local:
+            lines.append(f"  {m.name}: {LOCAL_COST}")
+            continue
         shared = f"; {usd(m.shared_usd)} shared (a request sent once)" if m.shared_usd else ""
         lines.append(
             f"  {m.name}: {usd(m.paid_usd)} paid by these runs; "

@@ -198,7 +198,11 @@ def format_comparison(c: "PairedComparison") -> str:
         ("", f"A: {c.label_a}", f"B: {c.label_b}"),
         ("n", str(c.n), str(c.n)),
         (f"pass rate [{level} CI]", c.pass_rate_a.format(), c.pass_rate_b.format()),
-        ("mean score", f"{c.mean_a:.3f}", f"{c.mean_b:.3f}"),
+        (
+            "mean score (of scored)",
+            _mean(c.scored_mean_a, c.scored_a),
+            _mean(c.scored_mean_b, c.scored_b),
+        ),
         ("unscored (as failures)", str(c.unscored_a), str(c.unscored_b)),
     ]
     if c.clustered:
@@ -206,7 +210,7 @@ def format_comparison(c: "PairedComparison") -> str:
     width = max(len(a) for _, a, _ in rows) + 3
     lines = [
         *(f"  {name:<24}{a:<{width}}{b}".rstrip() for name, a, b in rows),
-        f"  Difference B - A (mean score): {c.difference.value:+.3f} "
+        f"  Difference B - A (mean score, unscored as 0): {c.difference.value:+.3f} "
         f"[{ci.low:.3f}, {ci.high:.3f}] ({level} paired {ci.method}, {c.difference.n_text})",
         *([f"  Warning: {ci.warning}"] if ci.warning else []),
         f"  Pass/fail pairs: both pass {c.both_pass}, both fail {c.both_fail}, "
@@ -217,6 +221,11 @@ def format_comparison(c: "PairedComparison") -> str:
     lines += [f"  Note: {n}" for n in c.notes]
     lines += [f"  {mde[0].upper()}{mde[1:]}" for mde in [c.mde_text()] if mde]
     return "\n".join(lines)
+
+
+def _mean(value: float | None, scored: int) -> str:
+    """The mean over the scored samples as the run's summary prints it, with its n."""
+    return f"{'n/a' if value is None else f'{value:.4f}'} (n={scored})"
 
 
 def _test_lines(c: "PairedComparison") -> list[str]:

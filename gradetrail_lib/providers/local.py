@@ -24,6 +24,7 @@ PROVIDER = Provider(
     # llama.cpp's server answers one request at a time; more would only queue there and
     # make the measured latencies lie.
     concurrency=1,
+    local_model=True,
     check=_check,
     key_base_url=_identity,
     planned_base_url="local://",

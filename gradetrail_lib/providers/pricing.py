@@ -405,3 +405,19 @@ def sum_costs(costs: list[float | None]) -> float | None:
 def format_usd(cost: float | None) -> str:
     """How every output shows money: six decimals, or `unknown` (never $0 for no price)."""
     return "unknown" if cost is None else f"${cost:.6f}"
+
+
+# What every surface shows for a local model's cost (`registry.runs_locally`): it has no
+# price, so neither $0 (free) nor `unknown` (a gap in the price list) would be true.
+LOCAL_COST = "no price (local model)"
+
+
+def shown_cost(provider: str, cost: float | None) -> float | None:
+    """A call's cost as the surfaces give it: None for a local model's (no price; JSON
+    null), whatever the price list says; else the cost (None: unknown)."""
+    return None if registry.runs_locally(provider) else cost
+
+
+def format_call_cost(provider: str, cost: float | None) -> str:
+    """One call's cost as text: `LOCAL_COST` for a local model's, else `format_usd`."""
+    return LOCAL_COST if registry.runs_locally(provider) else format_usd(cost)

@@ -132,6 +132,10 @@ class Provider:
     # Its batch API (`providers.batch`), when it has one: `run --batch` sends its cache
     # misses that way.
     batch: "BatchAPI | None" = None
+    # A model run on this machine: its calls have no price (a price list's $0 for it only
+    # keeps `--max-cost` from refusing it). Every surface shows its cost as
+    # `pricing.LOCAL_COST` (null in JSON), never as $0 (`pricing.shown_cost`).
+    local_model: bool = False
 
     @property
     def in_process(self) -> bool:
@@ -213,6 +217,16 @@ def _in_process() -> frozenset[str]:
 def answers_in_process(name: str) -> bool:
     """Whether the provider answers without a call (and so without a cost)."""
     return name in _in_process()
+
+
+@cache
+def _local_models() -> frozenset[str]:
+    return frozenset(name for name, p in providers().items() if p.local_model)
+
+
+def runs_locally(name: str) -> bool:
+    """Whether the provider's models run on this machine (no price applies to them)."""
+    return name in _local_models()
 
 
 def batch_api(name: str) -> "BatchAPI | None":

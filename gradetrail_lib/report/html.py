@@ -32,9 +32,16 @@ from gradetrail_lib.analysis.stats import (
 from gradetrail_lib.analysis.stats.ranking import RANK_INTERVAL
 from gradetrail_lib.analysis.stats.repeats import RepeatStats, has_repeats, repeat_stats
 from gradetrail_lib.analysis.stats.run_stats import percent
-from gradetrail_lib.analysis.summary import format_cost, format_savings, format_tokens
+from gradetrail_lib.analysis.summary import (
+    RunSummary,
+    format_cost,
+    format_judge_errors,
+    format_savings,
+    format_tokens,
+    format_total_cost,
+)
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.providers.pricing import format_usd
+from gradetrail_lib.providers.pricing import format_call_cost, format_usd
 from gradetrail_lib.report.svg import ForestRow, forest_plot
 from gradetrail_lib.results.runs import Run, distinct_labels, load_runs
 from gradetrail_lib.results.text import visible
@@ -138,6 +145,8 @@ class RunView:
     repeats: list[RepeatStats] = field(default_factory=list)
     # The judges with human labels on the run's responses.
     calibrations: list[Calibration] = field(default_factory=list)
+    # The run's summary (its manifest's): the counts and costs every surface shows.
+    summary: RunSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -298,10 +307,10 @@ def sample_view(record: TraceRecord, primary: str, threshold: float, anchor: str
     # Truncation first: a cut-off answer is a budget problem, not a wrong answer.
     kind = "truncated" if record.truncated else (record.failure_mode or "below_threshold")
     label = FAILURE_LABELS.get(kind, "below the pass threshold")
-    scorer_error = any(e.error is not None for e in record.scores.values())
+    found = record.scorer_error()
     # Listed for another scorer's error (not for an agent stopped early).
-    if record.passes(primary, threshold) and kind not in AGENT_STOPS and scorer_error:
-        name, entry = next((n, e) for n, e in record.scores.items() if e.error is not None)
+    if record.passes(primary, threshold) and kind not in AGENT_STOPS and found is not None:
+        name, entry = found
         kind = entry.error or kind
         label = f"{FAILURE_LABELS.get(kind, kind)} ({name})"
     target = record.target
@@ -388,9 +397,10 @@ def reproducibility_facts(model: Manifest) -> list[tuple[str, str]]:
         ("calls / cache hits", f"{model.target.calls} / {model.target.cache_hits}"),
         ("cost", format_cost(model.target)),
         (
-            "judge calls / cache hits / errors",
+            "judge calls / cache hits / failed calls",
             f"{model.judge.calls} / {model.judge.cache_hits} / {model.judge.errors}",
         ),
+        ("judge errors (no usable grade)", format_judge_errors(RunSummary.of(model)) or "none"),
         ("judge cost", format_cost(model.judge)),
         *_usage_facts(model),
     ]
@@ -452,7 +462,7 @@ def build_views(
                 sample_view(r, primary, threshold, f"run{number}-sample{position + i}")
                 for i, r in enumerate(batch)
                 if not r.passes(primary, threshold)
-                or any(e.error is not None for e in r.scores.values())
+                or r.scorer_error() is not None
                 or r.failure_mode in AGENT_STOPS
             ]
             position += len(batch)
@@ -467,6 +477,7 @@ def build_views(
                 label, every[0], every, run.manifest.judge,
                 reproducibility_facts(run.manifest), list(run.manifest.warnings), failures,
                 repeats, run_calibrations(run.path) if run.path is not None else [],
+                RunSummary.of(run.manifest),
             )
         )  # fmt: skip
     return views, every_pair(list(zip(labels, runs, strict=True)), **options)
@@ -498,6 +509,9 @@ def environment(*loaders: jinja2.BaseLoader) -> jinja2.Environment:
         finalize=_shown,
     )
     env.filters["usd"] = _usd
+    # A role's calls' cost (a local model's has no price), and one call's.
+    env.filters["total_cost"] = format_total_cost
+    env.filters["call_cost"] = lambda call: format_call_cost(call.provider, call.cost_usd)
     env.filters["num"] = lambda x, d=3: "n/a" if x is None else f"{float(x):.{d}f}"
     env.filters["percent"] = percent
     env.globals["calibration_table"] = calibration_table

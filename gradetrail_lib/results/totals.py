@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from gradetrail_lib.providers import registry
 from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.results.keyset import AnyOf, KeySet
 from gradetrail_lib.results.trace import OUTCOMES, CallTotals, ModelCall, Role, TraceRecord
@@ -107,10 +108,18 @@ class CallCounter:
 
     @property
     def local(self) -> bool:
-        """Every call was to a local model (`provider: local`): no price applies."""
-        return self.providers == {"local"}
+        """Every call was to a local model (`registry.runs_locally`): no price applies."""
+        return bool(self.providers) and all(registry.runs_locally(p) for p in self.providers)
 
     def totals(self) -> CallTotals:
+        if self.local:  # no price: no figure, rather than the price list's $0
+            return self._totals().model_copy(
+                update={"cost_usd": None, "cost_paid_usd": None, "batch_saved_usd": None,
+                        "cache_saved_usd": None, "local": True}
+            )  # fmt: skip
+        return self._totals()
+
+    def _totals(self) -> CallTotals:
         return CallTotals(
             calls=self.calls,
             shared=self.shared,
@@ -127,6 +136,13 @@ class CallCounter:
             batch_saved_usd=self.batch_saved,
             cache_saved_usd=self.cache_saved,
         )
+
+
+def scored_mean(scores: Iterable[float]) -> float | None:
+    """The mean score as every surface gives it: over the scored samples only (NaN marks
+    an unscored one), None when none is scored; its n is the scored samples' number."""
+    scored = [s for s in scores if s == s]  # NaN != NaN
+    return math.fsum(scored) / len(scored) if scored else None
 
 
 def _plus(total: float | None, value: float | None) -> float | None:

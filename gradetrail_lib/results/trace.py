@@ -26,6 +26,7 @@ from pydantic import (
     JsonValue,
     TypeAdapter,
     ValidationError,
+    model_validator,
     with_config,
 )
 
@@ -212,6 +213,12 @@ class TraceRecord:
         score = self.score_of(scorer)
         return 0.0 if score is None else score
 
+    def scorer_error(self) -> "tuple[str, ScoreEntry] | None":
+        """The first scorer (in spec order) that gave no score for its own fault (a
+        scorer or judge error), and its entry; None when every scorer scored or the
+        sample has no answer."""
+        return next(((n, e) for n, e in self.scores.items() if e.error is not None), None)
+
     def error_of(self, scorer: str) -> ScoreErrorKind | None:
         entry = self.scores.get(scorer)
         return entry.error if entry is not None else None
@@ -303,6 +310,10 @@ class CallTotals(_Model):
     reasoning_tokens: int = 0
     batch_saved_usd: float | None = 0.0
     cache_saved_usd: float | None = 0.0
+    # Every call was a local model's (`registry.runs_locally`): it has no price, so the
+    # costs above are None and every surface reads `pricing.LOCAL_COST`, never $0. A
+    # default, so that older manifests read (their local runs show the $0 they wrote).
+    local: bool = False
 
     @property
     def reused_usd(self) -> float | None:
@@ -314,16 +325,35 @@ class CallTotals(_Model):
 
 
 class ScorerFigures(_Model):
+    """One scorer's figures in a run's summary, which every surface reads: `n` samples,
+    `scored` of them with a score; `mean` over the scored ones only (None: none scored);
+    `passed` (an unscored sample fails); `errors` its samples without a score for its own
+    fault (a scorer or a judge error: a provider error is the sample's, not the scorer's),
+    `judge_errors` those of them a judge gave no usable grade (a failed judge call, or
+    output without a grade, e.g. cut off at max_tokens)."""
+
     type: str
     n: int
     scored: int
     errors: int
     mean: float | None
     passed: int
+    judge_errors: int = 0
     # With repeats: the mean over cases of pass@k (Chen et al.'s unbiased estimator) and
     # of pass^k (all k pass), for k = 1..repeats; empty without repeats.
     pass_at_k: dict[int, float] = Field(default_factory=dict)
     pass_hat_k: dict[int, float] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older(cls, data: Any) -> Any:
+        """A manifest from before `judge_errors`: a judge scorer's errors were its judge's."""
+        if isinstance(data, dict) and "judge_errors" not in data:
+            return {
+                **data,
+                "judge_errors": data.get("errors", 0) if data.get("type") == "judge" else 0,
+            }
+        return data
 
 
 class Manifest(_Model):

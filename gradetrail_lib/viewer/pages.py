@@ -24,7 +24,7 @@ from gradetrail_lib.analysis.history import FileHistory, HistoryEntry, HistorySt
 from gradetrail_lib.analysis.stats import PairedComparison, check_comparable, compare
 from gradetrail_lib.analysis.stats.intervals import Estimate, Interval
 from gradetrail_lib.analysis.stats.run_stats import percent
-from gradetrail_lib.analysis.summary import format_cost
+from gradetrail_lib.analysis.summary import RunSummary, format_cost
 from gradetrail_lib.errors import GradetrailError, InputError, NotComparable
 from gradetrail_lib.report.html import (
     FAILURE_LABELS,
@@ -361,6 +361,8 @@ class Pages:
                 "page_run.html.j2",
                 name=name,
                 run=m,
+                # The run's own summary (its manifest's), as every surface reads it.
+                summary=RunSummary.of(m),
                 label=m.label,
                 flags=flags_of(name, run) + damage_flags(index, self.catalog.root),
                 facts=reproducibility_facts(m),

@@ -216,7 +216,9 @@ def test_checks_fail_on_a_served_model_a_judge_error_rate_and_a_changed_dataset(
     dataset = checks["dataset_hash_matches"].metadata
     assert dataset["run_dataset_hash"].value != dataset["dataset_data_version"].value
     meta = scores_metadata(result)
-    assert meta["errors[j]"] == 2 and meta["judge_errors"] == 0  # the calls worked
+    # Two samples without a usable grade are two judge errors, though the calls worked.
+    assert meta["errors[j]"] == 2 and meta["judge_errors"] == 2
+    assert meta["judge_errors[j]"] == 2 and meta["judge_failed_calls"] == 0
     assert meta["served_models"] == ["impostor-9"]
 
     # A looser threshold passes the same rate; the dataset, materialized again, matches.

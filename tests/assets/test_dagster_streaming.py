@@ -88,8 +88,11 @@ def test_scores_and_stats_stream_the_run_and_give_what_the_records_give(
         for name in run.manifest.scorer_names:
             row = db.execute(f"SELECT {JUDGE_COLUMNS} FROM stats WHERE scorer = ?", [name])
             judge = call_totals(records, "judge", name)
+            # Judge errors as the run's summary counts them: samples without a grade.
+            ungraded = sum(r.error_of(name) == "judge_error" for r in records)
+            assert ungraded == (2 if name == "j" else 0)
             assert row.fetchone() == (
-                judge.calls, judge.cache_hits, judge.errors, judge.input_tokens,
+                judge.calls, judge.cache_hits, ungraded, judge.input_tokens,
                 judge.output_tokens, judge.cost_usd,
             )  # fmt: skip
         rows = db.execute("SELECT id, scorer, score, reason, error FROM scores").fetchall()

@@ -42,7 +42,7 @@ def test_cache_makes_reruns_and_rescoring_free(
     assert cold.returncode == 0, cold.stderr
     assert fake_server.calls_by_path == {path: N}
     counts = f"scored={N}, provider_error=0, scorer_error=0, judge_error=0"
-    assert f"Samples: {N} ({counts})" in cold.stdout
+    assert f"Samples: {N} ({counts}: outcomes by the primary scorer" in cold.stdout
     assert f"Cache hits: 0/{N}" in cold.stdout
     cold_rows = _rows(tmp_path / run_dir_of(cold))
     scores = [r.score_of("score") for r in cold_rows]

@@ -4,6 +4,7 @@ subprocess; the rest call `cli.main` in-process, which is the same code without
 paying a second of interpreter start-up and imports each time."""
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -105,7 +106,9 @@ def test_compare_prints_a_paired_verdict(
     assert f"Exact McNemar p: {exact_mcnemar_by_hand(14, 0):.4g}" in out
     assert "Verdict: A (add/fake-good is better)" in out
     assert "1.000 [0.912, 1.000] (n=40)" in out  # Wilson for 40/40
-    assert "Difference B - A (mean score): -0.350" in out
+    assert "Difference B - A (mean score, unscored as 0): -0.350" in out
+    # The mean over scored samples with its n, as the run's summary gives it.
+    assert re.search(r"mean score \(of scored\)\s+1\.0000 \(n=40\)\s+0\.6500 \(n=40\)", out)
 
     as_json = main(capsys, "compare", str(runs["fake-good"]), str(runs["fake-close"]), "--json")
     assert as_json.returncode == 0, as_json.stderr

@@ -216,12 +216,15 @@ def test_report_shows_every_scorer_and_the_judge(
     assert sorted(pairs) == sorted(MULTI * 3)
     # The judge's calls apart from the target's, per run: fake-bad's answers repeat
     # fake-good's but at a % 3 == 0, so 8 of its 12 judge calls were cache hits.
-    assert "Judge calls: 12 sent, 0 cache hits, 0 errors" in html
-    assert "Judge calls: 4 sent, 8 cache hits, 0 errors" in html
+    assert (
+        "Judge calls: 12 sent, 0 cache hits, 0 failed;\njudge errors (no usable grade): 0;" in html
+    )
+    assert "Judge calls: 4 sent, 8 cache hits, 0 failed;" in html
     judge_runs = [load_run(d).manifest.judge for d in dirs]
     assert all(j.input_tokens > 0 and (j.cost_usd or 0) > 0 for j in judge_runs)
     assert f"tokens {judge_runs[0].input_tokens} in / {judge_runs[0].output_tokens} out" in html
-    assert "<th>judge calls / cache hits / errors</th>" in html and "<th>judge cost</th>" in html
+    assert "<th>judge calls / cache hits / failed calls</th>" in html
+    assert "<th>judge errors (no usable grade)</th>" in html and "<th>judge cost</th>" in html
     assert (
         f"anthropic/{JUDGE_MODEL}"
         not in html.split('<section id="summary">')[1].split("</section>")[0]

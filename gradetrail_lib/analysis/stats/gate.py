@@ -45,7 +45,8 @@ def gate(comparison: PairedComparison, threshold: float = DEFAULT_GATE_THRESHOLD
     # the paired test rejects too.
     regressed = drop > threshold and c.verdict == "A"
     facts = (
-        f"the candidate's mean score is {c.mean_b:.4f} against the baseline's {c.mean_a:.4f} "
+        f"the candidate's mean score (unscored samples as 0) is {c.mean_b:.4f} against the "
+        f"baseline's {c.mean_a:.4f} "
         f"on {c.n} paired samples{cases}, a difference of {diff:+.4f} with a "
         f"{percent(ci.confidence)} paired interval of {ci.format(4)} ({ci.method})"
     )

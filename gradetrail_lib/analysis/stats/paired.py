@@ -53,6 +53,7 @@ from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.errors import NotComparable
 from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.results.sheet import ScoreSheet
+from gradetrail_lib.results.totals import scored_mean
 from gradetrail_lib.results.trace import Manifest, TraceRecord
 
 Verdict = Literal["A", "B", "no winner"]
@@ -70,7 +71,8 @@ class PairedComparison:
     confidence: float
     pass_rate_a: Estimate
     pass_rate_b: Estimate
-    # Mean score over all n pairs with unscored samples at 0: the two terms of `difference`.
+    # The score over all n pairs with unscored samples at 0: the two terms of `difference`
+    # (a paired difference needs a number for every pair).
     mean_a: float
     mean_b: float
     difference: Estimate  # mean of B - A over the pairs, with the paired interval
@@ -96,6 +98,18 @@ class PairedComparison:
     # for pass/fail pairs, "se" (2.8 standard errors of the paired difference) otherwise.
     mde: float | None = None
     mde_method: MdeMethod | None = None
+    # The mean score as every surface gives it: over the scored samples of the pairs only
+    # (`scored_mean`: None when none is scored), their number beside it.
+    scored_mean_a: float | None = None
+    scored_mean_b: float | None = None
+
+    @property
+    def scored_a(self) -> int:
+        return self.n - self.unscored_a
+
+    @property
+    def scored_b(self) -> int:
+        return self.n - self.unscored_b
 
     @property
     def clustered(self) -> bool:
@@ -143,8 +157,14 @@ class PairedComparison:
             "confidence": self.confidence,
             "pass_rate_a": self.pass_rate_a.to_json(),
             "pass_rate_b": self.pass_rate_b.to_json(),
-            "mean_score_a": self.mean_a,
-            "mean_score_b": self.mean_b,
+            # Over the scored samples, as the run's summary gives it (n: `scored_*`).
+            "mean_score_a": self.scored_mean_a,
+            "mean_score_b": self.scored_mean_b,
+            "scored_a": self.scored_a,
+            "scored_b": self.scored_b,
+            # The terms of the difference: every pair, an unscored sample as 0.
+            "paired_mean_a": self.mean_a,
+            "paired_mean_b": self.mean_b,
             "difference_b_minus_a": self.difference.to_json(),
             "counts": {
                 "both_pass": self.both_pass,
@@ -551,6 +571,8 @@ def compare(
         cases=len(cases),
         mde=mde,
         mde_method=mde_method,
+        scored_mean_a=scored_mean(scores_a),
+        scored_mean_b=scored_mean(scores_b),
     )
 
 
