@@ -370,6 +370,9 @@ class PairedSamples:
     cases: list[list[int]]
     unscored_a: int
     unscored_b: int
+    # The mean over each side's scored pairs only (`scored_mean`), as a run's summary.
+    scored_mean_a: float | None = None
+    scored_mean_b: float | None = None
 
     @property
     def n(self) -> int:
@@ -424,6 +427,8 @@ def paired_samples(
         cases=group_by(range(len(in_b)), lambda i: sheet_a.ids[i]),
         unscored_a=sum(s != s for s in scores_a),
         unscored_b=sum(s != s for s in scores_b),
+        scored_mean_a=scored_mean(scores_a),
+        scored_mean_b=scored_mean(scores_b),
     )
 
 
@@ -571,8 +576,8 @@ def compare(
         cases=len(cases),
         mde=mde,
         mde_method=mde_method,
-        scored_mean_a=scored_mean(scores_a),
-        scored_mean_b=scored_mean(scores_b),
+        scored_mean_a=samples.scored_mean_a,
+        scored_mean_b=samples.scored_mean_b,
     )
 
 
