@@ -38,6 +38,7 @@ from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset
 from gradetrail_lib.engine.run import FetchedRun, RunOptions, fetch_run, plan_spec, run_model
 from gradetrail_lib.engine.until_decided import DecidedRuns, run_until_decided
 from gradetrail_lib.hashing import hash_json, sha256_hex
+from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.pricing import load_prices
 from gradetrail_lib.report.html import write_report
 from gradetrail_lib.results.runs import RESULTS_FILE, load_run
@@ -199,7 +200,9 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         return dg.Output(
             fetched,
             data_version=dg.DataVersion(fetched.fingerprint),
-            metadata=responses_metadata(fetched),
+            metadata=responses_metadata(
+                fetched, local=registry.runs_locally(eval_plan.model.provider)
+            ),
         )
 
     @dg.asset(

@@ -55,10 +55,16 @@ def _failure_metadata(counts: dict[str, int], agent: bool) -> dict[str, Any]:
     }
 
 
-def responses_metadata(fetched: FetchedRun) -> dict[str, Any]:
+def responses_metadata(fetched: FetchedRun, *, local: bool = False) -> dict[str, Any]:
     """The responses step's counts; an agent's requests are its steps (each case's calls).
     `cost_usd`: the answers at the price list's rates; `cost_saved_usd`: what batch and
-    prompt caching saved on them."""
+    prompt caching saved on them. `local`: the model is a local one, which has no price:
+    `cost` says so and no cost figure is shown (never $0)."""
+    if local:
+        costs: dict[str, Any] = {"cost": dg.MetadataValue.text(LOCAL_COST)}
+    else:
+        # Floats, so Dagster plots them; left out when a price is unknown (never 0).
+        costs = _floats({"cost_usd": fetched.cost_usd, "cost_saved_usd": fetched.cost_saved_usd})
     agent = {name: dg.MetadataValue.int(value) for name, value in fetched.agent.items()}
     return {
         "requests": dg.MetadataValue.int(fetched.requests),
@@ -71,15 +77,7 @@ def responses_metadata(fetched: FetchedRun) -> dict[str, Any]:
         "wall_s": dg.MetadataValue.float(round(fetched.wall_s, 3)),
         "execution": dg.MetadataValue.json(fetched.execution),
         **agent,
-        # Floats, so Dagster plots them; left out when a price is unknown (never 0).
-        **{
-            name: dg.MetadataValue.float(usd)
-            for name, usd in (
-                ("cost_usd", fetched.cost_usd),
-                ("cost_saved_usd", fetched.cost_saved_usd),
-            )
-            if usd is not None
-        },
+        **costs,
     }
 
 

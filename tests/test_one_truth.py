@@ -202,6 +202,8 @@ def test_one_run_reads_the_same_everywhere(tmp_path: Path, local_on_fake: FakeLL
         resources={"io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "storage"))},
     )
     assert result.success
+    responses = metadata_of(result, "truth__responses")
+    assert responses["cost"] == LOCAL_COST and "cost_usd" not in responses
     scores = metadata_of(result, "truth__scores")
     assert scores["judge_errors"] == JUDGE_ERRORS
     assert scores["judge_errors[judged]"] == JUDGE_ERRORS

@@ -38,7 +38,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Protocol
 
 from gradetrail_lib._version import __version__
-from gradetrail_lib.providers.pricing import sum_costs
+from gradetrail_lib.providers.pricing import shown_cost, sum_costs
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.results.trace import Manifest, ModelCall, TraceRecord
 
@@ -360,8 +360,9 @@ def _call_attributes(call: ModelCall) -> dict[str, AttributeValue]:
         attributes["gen_ai.response.finish_reasons"] = [call.stop_reason]
     if call.latency_s is not None:
         attributes["gradetrail.latency_s"] = call.latency_s
-    if call.cost_usd is not None:
-        attributes["gradetrail.cost_usd"] = call.cost_usd
+    cost = shown_cost(call.provider, call.cost_usd)  # a local model's: none (no price)
+    if cost is not None:
+        attributes["gradetrail.cost_usd"] = cost
     if call.scorer is not None:
         attributes["gradetrail.scorer"] = call.scorer
     if call.error is not None:
@@ -380,7 +381,7 @@ def _sample_attributes(record: TraceRecord) -> dict[str, AttributeValue]:
         attributes["gradetrail.failure_mode"] = record.failure_mode
     if record.stop_reason is not None:
         attributes["gradetrail.stop_reason"] = record.stop_reason
-    costs = [c.cost_usd for c in record.calls if c.error is None]
+    costs = [shown_cost(c.provider, c.cost_usd) for c in record.calls if c.error is None]
     cost = sum_costs(costs) if costs else None
     if cost is not None:
         attributes["gradetrail.cost_usd"] = cost
@@ -407,6 +408,8 @@ def _run_attributes(manifest: Manifest) -> dict[str, AttributeValue]:
         "gradetrail.calls": sum(t.calls for t in totals),
         "gradetrail.cache_hits": sum(t.cache_hits for t in totals),
         "gradetrail.errors": sum(t.errors for t in totals),
+        # Samples a judge gave no usable grade, as the run's summary counts them.
+        "gradetrail.judge_errors": sum(f.judge_errors for f in manifest.scores.values()),
         "gradetrail.input_tokens": sum(t.input_tokens for t in totals),
         "gradetrail.output_tokens": sum(t.output_tokens for t in totals),
     }
