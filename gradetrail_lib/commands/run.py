@@ -19,6 +19,7 @@ from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.cache.location import open_cache, parse_location
+from gradetrail_lib.commands import until_decided
 from gradetrail_lib.commands.clock import since_start
 from gradetrail_lib.commands.options import add_cache_option
 from gradetrail_lib.commands.progress import ProgressBar
@@ -137,8 +138,10 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         type=float,
         default=None,
         metavar="USD",
-        help="refuse to start (exit 2) when the worst-case cost exceeds this (see `plan`)",
+        help="refuse to start (exit 2) when the worst-case cost exceeds this (see `plan`); "
+        "with --until-decided, the budget: stop before a chunk would pass it",
     )
+    until_decided.add_options(run)
     run.set_defaults(handler=run_command)
 
 
@@ -153,6 +156,9 @@ def make_backend(args: argparse.Namespace) -> Backend:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    until_decided.check(args)
+    if args.until_decided:
+        return until_decided.until_decided_command(args)
     # Python's start-up, the imports and the argument parsing, before any of this.
     startup_s = since_start()
     out = sys.stdout

@@ -1,0 +1,75 @@
+"""`gradetrail run SPEC --model NEW --against INCUMBENT --until-decided` through the CLI
+(the in-process scripted provider): the verdict with its method, the cases used and the
+cost in the output and the manifests; the two run directories are normal ones `compare`
+reads; bad combinations of options exit 2 naming the option, nothing written."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+CASES = 200
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("until")
+    (root / "data").mkdir()
+    rows = [
+        {"id": f"c{i}", "answer": f"a{i}", "x": f"a{i}" if i % 5 < 2 else "no", "y": f"a{i}"}
+        for i in range(CASES)
+    ]
+    (root / "data" / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = root / "s.yaml"
+    path.write_text(
+        "name: rel\n"
+        "dataset: {path: data/r.jsonl}\n"
+        "prompt: 'say {{ answer }}'\n"
+        "models:\n"
+        "  - {provider: scripted, name: x, answer_field: x}\n"
+        "  - {provider: scripted, name: y, answer_field: y}\n"
+        "params: {temperature: 0, max_tokens: 8}\n"
+        "scorers:\n"
+        "  - {name: exact, type: exact, field: answer}\n"
+    )
+    return path
+
+
+def test_until_decided_names_the_winner_and_writes_two_normal_runs(spec: Path) -> None:
+    root = spec.parent
+    args = ["--model", "y", "--against", "x", "--until-decided", "--chunk", "20"]
+    done = run_cli("run", str(spec), *args, "--results", "res", "--cache", "c.duckdb", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert "Verdict: rel/y (challenger) is better" in done.stdout
+    assert "betting-cs-wsr-2024" in done.stdout and f"of {CASES} cases used" in done.stdout
+    assert "saved" in done.stdout
+    dirs = sorted((root / "res").glob("rel-*"))
+    assert len(dirs) == 2
+    for run_dir in dirs:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        sequential = manifest["sequential"]
+        assert sequential["verdict"] == "B" and sequential["winner"] == "rel/y"
+        assert sequential["cases_used"] == manifest["samples"] < CASES
+        assert "saved_usd" in sequential and "cost_usd" in sequential
+    compared = run_cli("compare", str(dirs[0]), str(dirs[1]), cwd=root)
+    assert compared.returncode == 0, compared.stderr
+    assert "Verdict: B" in compared.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "y", "--until-decided"], "--until-decided needs --against"),
+        (["--model", "y", "--against", "x"], "--against needs --until-decided"),
+        (["--models", "y,x", "--against", "x", "--until-decided"], "exactly one new model"),
+        (["--model", "y", "--against", "x", "--until-decided", "--no-cache"], "drop --no-cache"),
+        (["--model", "x", "--against", "x", "--until-decided"], "the new model is the incumbent"),
+    ],
+)
+def test_bad_options_exit_2_and_write_nothing(spec: Path, args: list[str], message: str) -> None:
+    root = spec.parent
+    done = run_cli("run", str(spec), *args, "--results", "bad", "--cache", "bad.duckdb", cwd=root)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not (root / "bad").exists() or not any((root / "bad").glob("rel-*"))
