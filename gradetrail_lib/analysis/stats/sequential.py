@@ -33,8 +33,11 @@ The stopping rule, checked after each chunk:
 * **undecided** when the budget (cases, or cost) is spent first, with the interval then.
 
 A winner is checked first: a sequence inside (0, margin) names B the winner by less
-than the margin. Its error rates, each at most alpha however often it is checked: a winner
-named where mu = 0 (or the wrong winner); "equivalent" where |mu| >= margin.
+than the margin. The cases are assumed independent draws from the population of cases
+(as for every test here); a run sends them in a random order, so any prefix still is,
+and the sequence covers the population's mean difference, not the dataset's own.
+Its error rates, each at most alpha however often it is checked: a winner named where
+mu = 0 (or the wrong winner); "equivalent" where |mu| >= margin.
 Measured by simulation (bench/bench_sequential.py; tests/analysis/test_sequential.py):
 type-I error under continuous monitoring, power and the expected number of cases.
 """
