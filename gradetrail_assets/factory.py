@@ -391,7 +391,6 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             decided = run_until_decided(
                 _plan_for(loaded, incumbent), _plan_for(loaded, challenger),
                 gradetrail.cache(), gradetrail.make_backend(), gradetrail.results_root(),
-                history=gradetrail.history(),
             )  # fmt: skip
             context.log.info(decided.describe())
             return dg.MaterializeResult(

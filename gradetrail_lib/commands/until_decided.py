@@ -7,14 +7,12 @@ anytime-valid confidence sequence on their mean difference decides, the cases or
 import argparse
 import sys
 
-from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.commands.options import positive_int
 from gradetrail_lib.engine.run import plan_spec
 from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK, run_until_decided
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.results.defaults import DEFAULT_GATE_THRESHOLD
-from gradetrail_lib.settings import cli_settings
 
 EXIT_OK = 0
 
@@ -108,14 +106,13 @@ def until_decided_command(args: argparse.Namespace) -> int:
     incumbent, challenger = planned.plans
     if incumbent.model.name == challenger.model.name:
         raise UsageError(f"--against {args.against}: the new model is the incumbent")
-    history = open_history(args.results, store=cli_settings().store, cache=args.cache)
     cache = open_cache(args.cache)
     backend = make_backend(args)
     with backend.session():
         decided = run_until_decided(
             incumbent, challenger, cache, backend, args.results,
             seed=args.order_seed, chunk=args.chunk, max_samples=args.max_samples,
-            max_cost=args.max_cost, margin=args.margin, history=history,
+            max_cost=args.max_cost, margin=args.margin,
         )  # fmt: skip
     out = sys.stdout
     print(decided.describe(), file=out)

@@ -10,12 +10,17 @@ the chunk's cases are sent and paid, and each answer lands in the cache. Once de
 each model's cases so far are run again into the results root: every answer is in the
 cache by then, and the keys the chunks sent are passed as this run's own
 (`RunOptions.already_sent`), so the run directory counts them as its calls, not as cache
-hits. It is a normal run directory (`compare`, `rank`, `view` and `report` read it) of
-the cases used, whose manifest carries the decision (`Manifest.sequential`). A later
-full run of either model reuses every answer from the cache.
+hits. The two go under `<results>/until-decided/<spec>-<challenger>-vs-<incumbent>/`, a
+results root of the check's own with its own history file, so that a full run's
+directory of the same spec and model (named by spec, model and identity) keeps its place
+and `gate --baseline previous` never takes a check's few cases for a full run. Each is a
+normal run directory (`compare`, `rank`, `view` and `report` read it) of the cases used,
+whose manifest carries the decision (`Manifest.sequential`). A later full run of either
+model reuses every answer from the cache.
 """
 
 import math
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -42,6 +47,17 @@ from gradetrail_lib.results.runs import MANIFEST_FILE
 from gradetrail_lib.results.trace import TraceRecord
 
 DEFAULT_CHUNK = 50
+# Where a release check's run directories go, under the results root: apart from the
+# full runs, whose directories (named by spec, model and identity) they would replace.
+CHECKS_DIR = "until-decided"
+
+
+def check_root(results_root: Path, incumbent: RunPlan, challenger: RunPlan) -> Path:
+    """`<results>/until-decided/<spec>-<challenger>-vs-<incumbent>`: a check's own results
+    root, with its own history file, so that neither `gradetrail list` of the results root
+    nor `gate --baseline previous` takes a check's few cases for a full run."""
+    name = f"{incumbent.loaded.spec.name}-{challenger.model.name}-vs-{incumbent.model.name}"
+    return results_root / CHECKS_DIR / re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 @dataclass(frozen=True)
@@ -136,9 +152,10 @@ def run_until_decided(
     confidence: float = DEFAULT_CONFIDENCE,
     history: HistoryStore | None = None,
 ) -> DecidedRuns:
-    """Run both models chunk by chunk until decided (module docstring); raises
-    UsageError when the two plans are not of one spec's cases or a score is outside
-    [0, 1]."""
+    """Run both models chunk by chunk until decided (module docstring), the two run
+    directories into `check_root` (its history file, unless `history` says where);
+    raises UsageError when the two plans are not of one spec's cases or a score is
+    outside [0, 1]."""
     if incumbent.loaded.spec.name != challenger.loaded.spec.name:
         raise UsageError("--until-decided compares two models of one spec")
     if incumbent.dataset.content_hash != challenger.dataset.content_hash:
@@ -192,9 +209,10 @@ def run_until_decided(
                 margin=margin,
             )
     runs = {}
+    root = check_root(results_root, incumbent, challenger)
     for side, plan in (("A", incumbent), ("B", challenger)):
         options = RunOptions(already_sent=AnyOf(*sent[side]), history=history)
-        runs[side] = run_model(_subset(plan, order[:used]), cache, backend, results_root, options)
+        runs[side] = run_model(_subset(plan, order[:used]), cache, backend, root, options)
     saved = None
     if paid is not None:
         saved = paid / used * (len(order) - used)

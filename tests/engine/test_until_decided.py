@@ -76,11 +76,14 @@ def test_a_clear_winner_stops_early_and_pays_only_for_the_cases_sent(tmp_path: P
     a, b = load_run(decided.incumbent.run_dir), load_run(decided.challenger.run_dir)
     assert compare(a.sheet("exact"), b.sheet("exact"), "exact").verdict == "B"
     assert "Verdict: rel/y (challenger) is better" in decided.describe()
-    # The same seed sends the same cases in the same order: a full run of y now finds
-    # every one of them in the cache.
+    # A full run of y now finds every case sent in the cache; its directory is not the
+    # check's, which stays where it is.
     full = run_model(y, cache, backend, results, RunOptions())
     assert full.manifest.target.cache_hits == d.cases
     assert full.manifest.target.calls == CASES - d.cases
+    assert decided.challenger.run_dir.parent == results / "until-decided" / "rel-y-vs-x"
+    assert full.run_dir.parent == results and decided.challenger.run_dir.exists()
+    assert load_run(decided.challenger.run_dir).manifest.samples == d.cases
 
 
 def _all_keys(loaded: object) -> list[str]:
