@@ -131,7 +131,7 @@ def failed(record: TraceRecord) -> bool:
     return record.failure_mode is not None or record.scorer_error() is not None
 
 
-def _failure_of(record: TraceRecord, primary: str) -> str:
+def _failure_of(record: TraceRecord) -> str:
     """The failure mode, or the kind of another scorer's error and the scorer's name."""
     if record.failure_mode is not None:
         return record.failure_mode
@@ -190,7 +190,7 @@ def scores_metadata(
     failures = list(islice((r for r in records if failed(r)), FAILURES_SHOWN))
     steps_head, steps_rule = (" steps |", "---|") if agent else ("", "")
     failure_lines = "\n".join(
-        f"| {markdown_text(r.id)} | {_failure_of(r, primary)} |"
+        f"| {markdown_text(r.id)} | {_failure_of(r)} |"
         f"{f' {len(r.trajectory)} |' if agent else ''} {_failure_reason(r, primary)} |"
         for r in failures
     )

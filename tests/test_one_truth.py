@@ -29,6 +29,7 @@ from gradetrail_lib import cli
 from gradetrail_lib.providers import local_server
 from gradetrail_lib.providers.pricing import LOCAL_COST
 from gradetrail_lib.report.html import write_report
+from gradetrail_lib.results.trace import ScorerFigures
 from gradetrail_lib.viewer.app import create_app
 from tests.support.fake_llm_server import FakeLLMServer
 
@@ -229,3 +230,11 @@ def test_one_run_reads_the_same_everywhere(tmp_path: Path, local_on_fake: FakeLL
 def metadata_of(result: dg.ExecuteInProcessResult, node: str) -> dict[str, Any]:
     event = result.asset_materializations_for_node(node)[0]
     return {k: v.value for k, v in event.metadata.items()}
+
+
+def test_a_manifest_from_before_judge_errors_reads_a_judge_scorers_errors_as_its_judges() -> None:
+    older = {"n": 30, "scored": 29, "errors": 1, "mean": 0.4483, "passed": 13}
+    assert ScorerFigures.model_validate({**older, "type": "judge"}).judge_errors == 1
+    assert ScorerFigures.model_validate({**older, "type": "python"}).judge_errors == 0
+    written = {**older, "type": "judge", "errors": 2, "judge_errors": 1}
+    assert ScorerFigures.model_validate(written).judge_errors == 1

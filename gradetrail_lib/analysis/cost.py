@@ -260,9 +260,11 @@ def format_cost(report: CostReport) -> str:
         f"{'cost':>12} {'per scored':>12} {'per passed':>12}",
     ]
     for m in report.models:
-        # A judge scores no sample of its own: its cost per sample is the target's concern.
-        per_scored = m.usd(m.per(m.scored)) if m.role == "target" else "-"
-        per_passed = m.usd(m.per(m.passed)) if m.role == "target" else "-"
+        # A judge scores no sample of its own: its cost per sample is the target's concern;
+        # a local model has none (its cost cell says why).
+        per_sample = m.role == "target" and not m.local
+        per_scored = m.usd(m.per(m.scored)) if per_sample else "-"
+        per_passed = m.usd(m.per(m.passed)) if per_sample else "-"
         lines.append(
             f"{m.name:<40} {m.calls:>6} {m.cache_hits:>6} {m.input_tokens:>10} "
             f"{m.output_tokens:>10} {m.usd(m.cost_usd):>12} {per_scored:>12} {per_passed:>12}"
