@@ -1,9 +1,12 @@
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,6 +95,46 @@ scorer: {scorer}
 def run_cli(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
+    """`gradetrail ARGS` in this process (`cli.main`), as the command would run in `cwd`
+    with `env` added to the environment: its exit status, stdout and stderr (an uncaught
+    exception's traceback too, status 1, as Python prints it). A process start costs about
+    half a second of the suite per call; `run_cli_process` is for the tests that need a
+    process of the command's own (a kill, a Ray cluster, state read at import).
+
+    The working directory and the whole environment are restored afterwards (a command
+    may set variables, as the Ray backend does). `timeout` is the process's only: here
+    pytest-timeout stops a command that hangs."""
+    from gradetrail_lib.cli import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8"), io.StringIO()
+    os.environ.update(env or {})
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(list(args))
+            except SystemExit as exit:  # argparse's usage errors; sys.exit in a command
+                code = exit.code
+                status = code if isinstance(code, int) else (0 if code is None else 1)
+                if code is not None and not isinstance(code, int):
+                    print(code, file=sys.stderr)
+            except Exception:
+                traceback.print_exc()
+                status = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    out.flush()
+    stdout = out.buffer.getvalue().decode()  # type: ignore[attr-defined]
+    return subprocess.CompletedProcess(["gradetrail", *args], status, stdout, err.getvalue())
+
+
+def run_cli_process(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`gradetrail ARGS` in a process of its own (`python -m gradetrail_lib.cli`)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "gradetrail_lib.cli", *args],

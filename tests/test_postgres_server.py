@@ -1,13 +1,14 @@
 """The throwaway Postgres the cache, history and Dagster tests share starts, answers and
 keeps databases apart."""
 
-import psycopg
 import pytest
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def test_fresh_databases_are_separate(postgres_url: str, postgres_server) -> None:
+    import psycopg  # the `postgres` extra: the fixtures skip this test without it
+
     other = postgres_server.create_database()
     assert other != postgres_url
     with psycopg.connect(postgres_url) as conn:

@@ -292,6 +292,7 @@ def test_retrieved_documents_reach_the_record_and_the_retrieval_command(tmp_path
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow  # a local Ray cluster
 def test_an_agent_runs_on_the_ray_backend_step_by_step(tmp_path: Path) -> None:
     """Each step is one `run` of the backend: with Ray, the same trajectories as locally."""
     with FakeLLMServer(responder=agent) as srv:

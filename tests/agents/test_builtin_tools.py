@@ -58,6 +58,13 @@ def project(
     return spec
 
 
+def unsandboxed(spec: Path) -> Path:
+    """`spec` with both tools at `sandbox: none`: for the tests of what is refused before
+    anything runs, which hold with or without bwrap."""
+    spec.write_text(spec.read_text().replace("timeout_s: 5}", "timeout_s: 5, sandbox: none}"))
+    return spec
+
+
 @pytest.fixture
 def ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Path | None]]:
     """Every program a tool runs, with its working directory (made under tmp_path/tmp)."""
@@ -170,6 +177,7 @@ def test_a_timeout_is_the_models_observation_and_the_case_goes_on(
     assert done.records[0].score_of("score") == 1.0
 
 
+@needs_bwrap  # a spec whose tool is sandboxed loads only where the sandbox starts
 def test_sandbox_settings_enter_the_identity_and_other_tools_keep_their_hashes(
     tmp_path: Path,
 ) -> None:
@@ -199,7 +207,8 @@ def test_sandbox_settings_enter_the_identity_and_other_tools_keep_their_hashes(
 def test_a_bad_builtin_entry_is_refused_with_file_line_and_field(
     tmp_path: Path, entry: str, message: str
 ) -> None:
-    spec = project(tmp_path, {"a": ["done"]})
+    # Unsandboxed: what is refused here is refused before anything runs, bwrap or not.
+    spec = project(tmp_path, {"a": ["done"]}, extra=", sandbox: none")
     text = spec.read_text().replace("  - {builtin: bash, timeout_s: 5}", f"  - {entry}")
     spec.write_text(text)
     with pytest.raises(InputError) as raised:
@@ -217,7 +226,7 @@ def test_a_bad_builtin_entry_is_refused_with_file_line_and_field(
 
 
 def test_a_case_without_its_files_field_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    spec = project(tmp_path, {"a": ["done"], "b": ["done"]})
+    spec = unsandboxed(project(tmp_path, {"a": ["done"], "b": ["done"]}))
     data = tmp_path / "data" / "t.jsonl"
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     del rows[1]["csv"]
@@ -229,7 +238,7 @@ def test_a_case_without_its_files_field_is_refused_before_anything_runs(tmp_path
 
 
 def test_a_bad_script_step_names_its_field(tmp_path: Path) -> None:
-    spec = project(tmp_path, {"a": [{"tool_calls": "python"}, "done"]})
+    spec = unsandboxed(project(tmp_path, {"a": [{"tool_calls": "python"}, "done"]}))
     with pytest.raises(InputError, match="step 0 of 'script' has tool_calls that are not"):
         run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
 

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
-import psycopg
 import pytest
 
 from gradetrail_assets.definitions import build_definitions
@@ -26,7 +25,7 @@ from tests.support.eval_runs import JUDGE_PROMPT, responder
 from tests.support.fake_llm_server import FakeLLMServer
 from tests.support.postgres import PostgresServer
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 N = 12
 MODELS = ("fake-1", "fake-2")
@@ -153,6 +152,8 @@ def test_two_partitions_at_once_store_every_answer_once_in_the_postgres_cache(
         for record in run
         for call in record["calls"]
     }
+    import psycopg  # the `postgres` extra: the fixtures skip these tests without it
+
     with psycopg.connect(postgres_url) as connection:
         stored = dict(connection.execute("SELECT key, count(*) FROM responses GROUP BY key"))
     assert set(stored.values()) == {1}

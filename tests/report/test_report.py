@@ -280,6 +280,7 @@ def png_pixels(path: Path) -> tuple[int, int, bytes]:
 
 
 @needs_chromium
+@pytest.mark.slow  # a browser
 def test_report_renders_in_chromium(runs: dict[str, Path], tmp_path: Path) -> None:
     report = write_report([runs["fake-good"], runs["fake-verbose"]], tmp_path / "report.html")
     shot = tmp_path / "shot.png"
@@ -297,6 +298,7 @@ def test_report_renders_in_chromium(runs: dict[str, Path], tmp_path: Path) -> No
 
 
 @needs_chromium
+@pytest.mark.slow  # a browser
 def test_malicious_response_is_shown_as_text_and_not_executed(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -313,6 +315,7 @@ def test_malicious_response_is_shown_as_text_and_not_executed(
 
 
 @needs_chromium
+@pytest.mark.slow  # a browser
 def test_malicious_judge_output_is_shown_as_text_and_not_executed(
     multi_runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -328,6 +331,7 @@ def test_malicious_judge_output_is_shown_as_text_and_not_executed(
 
 
 @needs_chromium
+@pytest.mark.slow  # a browser
 def test_the_dom_check_detects_a_script_that_runs(tmp_path: Path) -> None:
     """The control for the test above: the same markup unescaped does run in this
     browser, so a title left unchanged there means escaping worked."""

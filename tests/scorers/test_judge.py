@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gradetrail_lib import load_run
-from tests.conftest import run_cli, write_addition_dataset
+from tests.conftest import run_cli, run_cli_process, write_addition_dataset
 from tests.support.fake_llm_server import FakeLLMServer, Fault, default_responder, last_user_message
 
 N = 12
@@ -248,14 +248,16 @@ def test_judging_overlaps_the_targets_sending_on_its_own_slots(tmp_path: Path) -
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow  # a local Ray cluster
 def test_judge_calls_go_through_the_ray_backend_too(tmp_path: Path, server: FakeLLMServer) -> None:
     """With Ray the judge's misses are sent when the target's are done, by the same
     backend (a local cluster the command starts); the records match the local backend's."""
     write_addition_dataset(tmp_path / "data" / "add.jsonl", 8)
     spec = write_judged_spec(tmp_path, f"{server.base_url}/v1")
     args = ("--backend", "ray", "--workers", "1", "--results", str(tmp_path / "ray"))
-    done = run_cli("run", str(spec), "--cache", str(tmp_path / "ray.duckdb"), *args, cwd=tmp_path,
-                   timeout=170)  # fmt: skip
+    # A process of its own: the command starts Ray's driver, which this one must not host.
+    done = run_cli_process("run", str(spec), "--cache", str(tmp_path / "ray.duckdb"), *args,
+                           cwd=tmp_path, timeout=170)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert calls_by_model(server) == {"fake-1": 8, "judge-1": 8}
     local = run(tmp_path, spec)

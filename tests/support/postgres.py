@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.optional import missing
+
 # CI sets GRADETRAIL_REQUIRE_POSTGRES=1: there a missing server fails the tests instead of
 # skipping them.
 REQUIRED = os.environ.get("GRADETRAIL_REQUIRE_POSTGRES") == "1"
@@ -38,12 +40,8 @@ def _bin_dir() -> Path | None:
 def postgres_problem() -> str | None:
     """Why a throwaway server cannot start here, or None."""
     if _bin_dir() is None:
-        return "Postgres is not installed (Debian: apt-get install postgresql)"
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        return "psycopg is not installed (pip install -e '.[postgres]')"
-    return None
+        return "Postgres not installed (no initdb): apt-get install postgresql"
+    return missing("psycopg")
 
 
 def _free_port() -> int:

@@ -30,6 +30,7 @@ from gradetrail_lib.backends.ray_backend import (
     SINGLE_MACHINE_ENV,
     prepare_local_cluster,
 )
+from tests.support.optional import missing
 
 # CI sets GRADETRAIL_REQUIRE_RAY=1: there a cluster that cannot start fails the tests
 # instead of skipping them.
@@ -41,17 +42,13 @@ CLUSTER_ENV = (SINGLE_MACHINE_ENV, AUTH_MODE_ENV, AUTH_TOKEN_ENV, "PATH", "RAY_T
 
 def ray_cluster_problem() -> str | None:
     """Why the two-node cluster (and Dagster's Ray executor on it) cannot run here, or None."""
-    for module, hint in (
-        ("ray.dashboard", "pip install 'ray[default]'"),
-        ("dagster_ray", "pip install -e '.[dagster-ray]'"),
-    ):
-        try:
-            found = importlib.util.find_spec(module)
-        except ModuleNotFoundError:
-            found = None
-        if found is None:
-            return f"{module} is not installed ({hint})"
-    return None
+    try:
+        dashboard = importlib.util.find_spec("ray.dashboard")
+    except ModuleNotFoundError:
+        dashboard = None
+    if dashboard is None:
+        return "ray's dashboard not installed: pip install 'ray[default]'"
+    return missing("dagster_ray")
 
 
 def _free_port() -> int:

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("opentelemetry.sdk.trace")
+from tests.support.optional import need
+
+need("opentelemetry.sdk.trace")
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
@@ -413,7 +415,7 @@ def collector() -> Iterator[tuple[str, list[tuple[str, str, bytes]]]]:
 
 @pytest.mark.parametrize("variable", ["traces_endpoint", "endpoint"])
 def test_otlp_export_configured_by_the_environment(collector, variable: str) -> None:
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    need("opentelemetry.exporter.otlp.proto.http.trace_exporter")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )

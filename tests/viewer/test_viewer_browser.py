@@ -27,10 +27,13 @@ FLAGS = [
 # CI sets GRADETRAIL_REQUIRE_CHROMIUM=1: there a missing browser (or Playwright) fails
 # these tests instead of skipping them.
 _required = os.environ.get("GRADETRAIL_REQUIRE_CHROMIUM") == "1"
-pytestmark = pytest.mark.skipif(
-    not _required and not CHROMIUM.exists(),
-    reason="/usr/bin/chromium is missing (apt-get install -y chromium)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not _required and not CHROMIUM.exists(),
+        reason="/usr/bin/chromium is missing (apt-get install -y chromium)",
+    ),
+    pytest.mark.slow,  # a browser
+]
 SCRIPT = "<script>document.title='pwned'</script>"
 
 
