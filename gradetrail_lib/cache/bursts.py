@@ -2,10 +2,14 @@
 
 A write transaction costs about the same whatever its size, so a background thread waits
 for a pause in arrivals (`QUIET_S`) and puts everything that arrived in one transaction,
-but never holds a response longer than `MAX_DELAY_S`: a killed run loses what was in
-flight and at most that much of what had arrived. (Writing each burst piecemeal took as
-much CPU as sending it, on a 2-core machine, while the requests of the next round
-waited.)
+but never holds a response longer than `MAX_DELAY_S` (plus the transaction's own time,
+docs/performance.md). (Writing each burst piecemeal took as much CPU as sending it, on a
+2-core machine, while the requests of the next round waited.)
+
+An answer waiting for its burst is not lost to a kill: `put` appends it to the writer's
+journal first (`journal.Journal`, one write(2)), before the sending worker takes its next
+request, and a journal its writer left is replayed when the cache is next opened. So a
+killed run pays again only for the requests it had in flight.
 """
 
 import queue
@@ -15,6 +19,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any, Protocol
 
+from gradetrail_lib.cache.journal import Journal
 from gradetrail_lib.errors import GradetrailError
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 
@@ -35,9 +40,15 @@ class CacheWriter:
     """Writes responses from a background thread, one transaction per burst of arrivals."""
 
     def __init__(
-        self, cache: BurstSink, quiet_s: float = QUIET_S, max_delay_s: float = MAX_DELAY_S
+        self,
+        cache: BurstSink,
+        quiet_s: float = QUIET_S,
+        max_delay_s: float = MAX_DELAY_S,
+        *,
+        journal: Journal | None = None,
     ) -> None:
         self._cache = cache
+        self._journal = journal
         self._quiet_s = quiet_s
         self._max_delay_s = max_delay_s
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -50,6 +61,8 @@ class CacheWriter:
     def put(self, request: ModelRequest, response: ModelResponse) -> None:
         if self._error is not None:
             raise GradetrailError(f"cache writer failed: {self._error}")
+        if self._journal is not None:
+            self._journal.append(request, response)
         self._queue.put((request, response))
 
     def _loop(self) -> None:
@@ -100,5 +113,11 @@ class CacheWriter:
     def close(self) -> None:
         self.finish()
         self._thread.join()
+        if self._journal is not None:
+            # Kept when a write failed: the next opening of the cache stores its answers.
+            if self._error is None:
+                self._journal.discard()
+            else:
+                self._journal.keep()
         if self._error is not None:
             raise GradetrailError(f"cache writer failed: {self._error}") from self._error

@@ -13,6 +13,9 @@ processes and machines write at once. The differences, and why:
 - Lookups go by chunks of keys (`key = ANY(%s)`), each one round trip through the index.
 - Connections come from one pool per server URL and process (`psycopg_pool`): the burst
   writer, lookups, the batch records and the code scorer's threads share it.
+- An answer is journaled the moment it arrives (`journal`), in a folder of this machine's
+  for the database (`journal_folder`): a killed run's answers waiting for their burst
+  reach the database when this machine next opens it.
 - Creating the tables takes an advisory lock: N processes starting at once against an
   empty database would otherwise race in `CREATE TABLE IF NOT EXISTS` (which is not
   atomic in Postgres) and all but one fail.
@@ -22,17 +25,21 @@ and only when a Postgres cache is opened.
 """
 
 import atexit
+import hashlib
 import json
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.bursts import CacheWriter
+from gradetrail_lib.cache.journal import Journal, replay
 from gradetrail_lib.cache.responses import (
+    COLUMN_NAMES,
     COLUMNS,
     LOOKUP_COLUMNS,
     new_rows,
@@ -263,6 +270,14 @@ class PostgresDatabase:
             ) from None
 
 
+def journal_folder(where: str) -> Path:
+    """This machine's journal folder for the database named `where` (its URL without a
+    password): under `$XDG_CACHE_HOME` (default `~/.cache`), named by a hash of `where`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    digest = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return Path(base) / "gradetrail" / "journals" / digest
+
+
 class PostgresCache(PostgresDatabase):
     """Responses in the Postgres database at `url` (tables made on first use). `where`
     names it in messages, its password left out (`location.redact`)."""
@@ -273,6 +288,8 @@ class PostgresCache(PostgresDatabase):
         # As a run's manifest records it: the URL without its password, which libpq
         # then reads from PGPASSWORD or ~/.pgpass as it did for the run.
         self.location = without_password(url)
+        self.journals = journal_folder(where)
+        replay(self.journals, self, COLUMN_NAMES)  # what a killed writer had not stored
 
     def cached_keys(self, keys: Sequence[str]) -> set[str]:
         found: set[str] = set()
@@ -336,7 +353,7 @@ class PostgresCache(PostgresDatabase):
 
     @contextmanager
     def writer(self) -> Iterator[CacheWriter]:
-        writer = CacheWriter(self)
+        writer = CacheWriter(self, journal=Journal(self.journals, response_row))
         try:
             yield writer
         finally:

@@ -10,7 +10,8 @@ transaction cost more CPU, growing with the file (docs/performance.md); two rows
 only arise when two processes pay for the same request at once (both are kept).
 
 Responses are written by a background thread, one transaction per burst of arrivals
-(`bursts.CacheWriter`, which the Postgres cache uses too).
+(`bursts.CacheWriter`, which the Postgres cache uses too), each journaled the moment it
+arrives in `<file>.journal/` (`journal`), which opening the cache replays.
 """
 
 import json
@@ -24,6 +25,7 @@ from gradetrail_lib.cache.bursts import CacheWriter
 from gradetrail_lib.cache.duckdb_file import open_connection
 from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
 from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
+from gradetrail_lib.cache.journal import Journal, folder_beside, replay
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 
 __all__ = ["CacheWriter", "ResponseCache"]
@@ -71,6 +73,7 @@ COLUMNS: list[Column] = [
     ("attempts", "INTEGER"), ("raw", "VARCHAR"), ("tool_calls", "VARCHAR"),
     ("usage", "VARCHAR"),
 ]  # fmt: skip
+COLUMN_NAMES = [name for name, _ in COLUMNS]
 
 
 # Files written before the log format keyed the table with a PRIMARY KEY constraint.
@@ -176,6 +179,8 @@ class ResponseCache:
             _drop_key_constraint(connection)
             connection.execute(_ADD_TOOL_CALLS)
             connection.execute(_ADD_USAGE)
+        self.journals = folder_beside(path)
+        replay(self.journals, self, COLUMN_NAMES)  # what a killed writer had not stored
 
     def cached_keys(self, keys: Sequence[str]) -> set[str]:
         """Which of `keys` the cache answers (without reading the answers)."""
@@ -261,7 +266,7 @@ class ResponseCache:
 
     @contextmanager
     def writer(self) -> Iterator[CacheWriter]:
-        writer = CacheWriter(self)
+        writer = CacheWriter(self, journal=Journal(self.journals, response_row))
         try:
             yield writer
         finally:
