@@ -71,7 +71,9 @@ def test_reasons_say_what_happened(tmp_path: Path) -> None:
 
 
 def test_the_asserts_harness_needs_its_field_named_with_file_and_line(tmp_path: Path) -> None:
-    spec = project(tmp_path, [{"id": "a", "answer": "x = 1"}], "{type: code, harness: asserts}")
+    # Unsandboxed: the field is missing with or without bwrap.
+    scorer = "{type: code, harness: asserts, sandbox: none}"
+    spec = project(tmp_path, [{"id": "a", "answer": "x = 1"}], scorer)
     with pytest.raises(InputError) as caught:
         run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
     assert caught.value.field == "test_list" and caught.value.line == 1
