@@ -100,7 +100,7 @@ def format_ranking(ranking: Ranking, rates: dict[str, Estimate]) -> str:
             "tier",
             f"rank interval ({RANK_INTERVAL})",
             "model",
-            "mean score",
+            "mean (unscored as 0)",
             f"pass rate [{level} CI]",
         ),
     ]

@@ -126,7 +126,9 @@ class RankedModel:
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.label,
-            "mean_score": self.mean,
+            # The paired tests' figure, as `compare --json`'s `paired_mean_*` (not its
+            # `mean_score_*`, over the scored samples only).
+            "paired_mean": self.mean,
             "rank": self.rank,
             "rank_interval": {
                 "best": self.best_rank,
