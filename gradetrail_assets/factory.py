@@ -34,8 +34,10 @@ from gradetrail_assets.tables import (
 from gradetrail_lib.analysis.calibration import run_calibrations
 from gradetrail_lib.analysis.stats import run_stats
 from gradetrail_lib.backends.not_sent import NotSent
+from gradetrail_lib.engine.api import plan_spec
+from gradetrail_lib.engine.fetch import FetchedRun, fetch_run
 from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset
-from gradetrail_lib.engine.run import FetchedRun, RunOptions, fetch_run, plan_spec, run_model
+from gradetrail_lib.engine.run import RunOptions, run_model
 from gradetrail_lib.engine.until_decided import DecidedRuns, run_until_decided
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.providers import registry

@@ -20,7 +20,7 @@ import dagster as dg
 from gradetrail_lib.analysis.calibration import Calibration
 from gradetrail_lib.analysis.stats import RunStats, describe
 from gradetrail_lib.analysis.summary import RunSummary, format_cost, format_total_cost
-from gradetrail_lib.engine.run import FetchedRun
+from gradetrail_lib.engine.fetch import FetchedRun
 from gradetrail_lib.providers.pricing import LOCAL_COST, format_usd, sum_costs
 from gradetrail_lib.results.text import markdown_text
 from gradetrail_lib.results.trace import (

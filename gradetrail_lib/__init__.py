@@ -21,7 +21,8 @@ from gradetrail_lib._version import __version__ as __version__
 if TYPE_CHECKING:
     from gradetrail_lib.analysis.sample_size import SampleSize, samples_needed
     from gradetrail_lib.config import Params
-    from gradetrail_lib.engine.run import CompletedRun, run_spec
+    from gradetrail_lib.engine.api import run_spec
+    from gradetrail_lib.engine.run import CompletedRun
     from gradetrail_lib.errors import InputError
     from gradetrail_lib.providers.registry import ModelConfig
     from gradetrail_lib.results.runs import Run, load_run
@@ -40,7 +41,7 @@ _HOMES = {
     "Spec": "gradetrail_lib.spec.spec",
     "TraceRecord": "gradetrail_lib.results.trace",
     "load_run": "gradetrail_lib.results.runs",
-    "run_spec": "gradetrail_lib.engine.run",
+    "run_spec": "gradetrail_lib.engine.api",
     "samples_needed": "gradetrail_lib.analysis.sample_size",
 }
 

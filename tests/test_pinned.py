@@ -26,9 +26,9 @@ from gradetrail_lib.analysis.stats.clusters import cluster_mean_interval
 from gradetrail_lib.analysis.stats.intervals import BootstrapSettings
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.cache.responses import ResponseCache
+from gradetrail_lib.engine.fetch import fetch_run
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.engine.responses import Responses, batch_fingerprint
-from gradetrail_lib.engine.run import fetch_run
 from gradetrail_lib.providers.base import ModelResponse
 from gradetrail_lib.spec.identity import run_identity, scorer_hash
 from gradetrail_lib.spec.spec import LoadedSpec, Spec, load_spec

@@ -13,28 +13,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from gradetrail_lib.analysis.calibration import summary_lines
-from gradetrail_lib.analysis.history import HistoryStore
-from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
-from gradetrail_lib.cache.base import Cache
-from gradetrail_lib.cache.location import open_cache, parse_location
+from gradetrail_lib.cache.location import parse_location
 from gradetrail_lib.commands import until_decided
 from gradetrail_lib.commands.clock import since_start
 from gradetrail_lib.commands.options import add_cache_option
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.engine.batch_send import BATCH_MODES, BatchOptions, parse_batch_mode
-from gradetrail_lib.engine.estimate import check_max_cost, estimate_run, sent_by_batch
-from gradetrail_lib.engine.run import (
-    PlannedSpec,
-    RunOptions,
-    plan_spec,
-    run_model,
-    spec_files,
-    split_model,
-)
-from gradetrail_lib.errors import InputError, InputErrors, RunAborted, UnknownModel, UsageError
-from gradetrail_lib.providers.pricing import load_prices
+from gradetrail_lib.engine.api import OptionNames, PlannedSpec, RunHooks, RunRequest, run_request
+from gradetrail_lib.engine.batch_send import BATCH_MODES, BatchOptions
+from gradetrail_lib.engine.responses import Progress
+from gradetrail_lib.engine.run import CompletedRun
+from gradetrail_lib.errors import RunAborted, UsageError
+from gradetrail_lib.providers.models import split_model
 from gradetrail_lib.settings import DEFAULT_WORKERS, DEFAULTS, cli_settings
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -146,6 +137,7 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
 
 
 def make_backend(args: argparse.Namespace) -> Backend:
+    """The backend `run`'s flags describe (`--until-decided`'s too)."""
     return build_backend(
         args.backend,
         concurrency=args.concurrency,
@@ -155,65 +147,95 @@ def make_backend(args: argparse.Namespace) -> Backend:
     )
 
 
+# How the CLI spells the options the engine's rules name.
+FLAGS = OptionNames(
+    batch="--batch",
+    no_cache="--no-cache",
+    models="--models",
+    base_url="--base-url",
+    max_cost="--max-cost",
+)
+
+
 def run_command(args: argparse.Namespace) -> int:
     until_decided.check(args)
     if args.until_decided:
         return until_decided.until_decided_command(args)
     # Python's start-up, the imports and the argument parsing, before any of this.
     startup_s = since_start()
-    out = sys.stdout
     folder = args.spec.is_dir()
-    wanted = _models_flag(args)
-    jobs: list[PlannedSpec] = []
-    errors: list[InputError] = []
-    for path in spec_files(args.spec) if folder else [args.spec]:
-        try:
-            job = _plan_spec(path, args, wanted, folder)
-        except (InputError, InputErrors, UsageError) as exc:
-            if not folder:
-                raise
-            errors += _as_input_errors(path, exc)
-            continue
-        if job is None:
-            print(f"Skipped: {path} (spec has no model {args.model!r})", file=out)
-        else:
-            jobs.append(job)
-    _check_folder(jobs, errors, folder, args)
-    backend = make_backend(args)
-    # --no-cache: none (each run holds its own answers in memory: run_model's None).
-    batch = parse_batch_mode(args.batch)
-    if batch != "off" and args.no_cache:
-        raise UsageError(
-            "--batch needs the cache file (it records the batches, so that a run killed "
-            "while they run never pays for them twice): drop --no-cache"
-        )
-    # Reached first, so that a store refused or out of reach fails before anything is
-    # written or called.
-    history = open_history(args.results, store=cli_settings().store, cache=args.cache)
-    cache = None if args.no_cache else open_cache(args.cache)
-    if args.max_cost is not None:  # before any call
-        estimates = [estimate_run(p, cache, load_prices()) for job in jobs for p in job.plans]
-        # At the price of the way the run will send each role's misses.
-        check_max_cost(estimates, args.max_cost, batch=sent_by_batch(batch))
-    exits = []
-    with backend.session():  # one Ray cluster for every spec and model, not one each
-        for job in jobs:
-            if folder:
-                print(f"Spec: {job.loaded.spec.name} ({job.loaded.path})", file=out)
-            try:
-                exits.append(_run_spec(job, backend, cache, history, args, startup_s))
-            except RunAborted as exc:
-                if not folder:
-                    raise
-                print(f"error: {job.loaded.spec.name}: {exc}", file=sys.stderr)
-                exits.append(EXIT_FAILED)
+    request = RunRequest(
+        spec=args.spec,
+        models=_models_flag(args),
+        model=args.model,
+        base_url=args.base_url,
+        repeats=args.repeats,
+        results_root=args.results,
+        cache=args.cache,
+        read_cache=not args.no_cache,
+        backend=args.backend,
+        concurrency=args.concurrency,
+        max_concurrency=args.max_concurrency,
+        workers=args.workers,
+        ray_address=args.ray_address,
+        exec_cache=not args.no_exec_cache,
+        batch=args.batch,
+        batch_options=BatchOptions.from_settings(
+            replace(cli_settings(), batch_timeout_s=args.batch_timeout),
+            notify=_note,
+            resume_hint=f"run the same command again to resume them "
+            f"(`gradetrail batches --cache {cache_where(args)}` lists them)",
+        ),
+        max_cost=args.max_cost,
+        startup_s=startup_s,
+        names=FLAGS,
+    )
+    specs = run_request(request, Printed(folder))
+    # A spec's status: 0 when any of its models scored a sample, else (or aborted) 1.
+    exits = [
+        EXIT_OK if not s.aborted and any(r.summary.any_scored for r in s.runs) else EXIT_FAILED
+        for s in specs
+    ]
     worst = max(exits)
     if folder:
         each = ", ".join(
-            f"{job.loaded.spec.name} {code}" for job, code in zip(jobs, exits, strict=True)
+            f"{s.planned.loaded.spec.name} {code}" for s, code in zip(specs, exits, strict=True)
         )
-        print(f"Specs: {len(jobs)}; exit status {worst}, the worst of ({each})", file=out)
+        print(f"Specs: {len(specs)}; exit status {worst}, the worst of ({each})")
     return worst
+
+
+class Printed(RunHooks):
+    """The CLI's voice as a run goes: a progress bar per model, its summary after it, and
+    of a folder each spec named, the skipped ones said, and a spec that aborts told on
+    stderr while the others run."""
+
+    def __init__(self, folder: bool) -> None:
+        self.folder = folder
+
+    def skipped(self, path: Path, model: str) -> None:
+        print(f"Skipped: {path} (spec has no model {model!r})")
+
+    def spec_starts(self, planned: PlannedSpec) -> None:
+        if self.folder:
+            print(f"Spec: {planned.loaded.spec.name} ({planned.loaded.path})")
+
+    def progress(self, label: str) -> Progress:
+        return ProgressBar(label)
+
+    def model_done(self, done: CompletedRun) -> None:
+        print(f"Run: {done.manifest.spec.name}/{done.manifest.model.requested} -> {done.run_dir}")
+        # The whole command's, from the process's start to the last byte written.
+        print(format_summary(done.totals, done.summary, since_start()))
+        for line in summary_lines(done.run_dir):
+            print(line)
+        for warning in done.manifest.warnings:
+            print(f"Warning: {warning}")
+
+    def spec_aborted(self, planned: PlannedSpec, error: RunAborted) -> None:
+        if not self.folder:
+            raise error
+        print(f"error: {planned.loaded.spec.name}: {error}", file=sys.stderr)
 
 
 def cache_where(args: argparse.Namespace) -> str:
@@ -253,86 +275,3 @@ def _models_flag(args: argparse.Namespace) -> list[str]:
     for text in wanted:
         split_model(text)
     return wanted
-
-
-def _plan_spec(
-    path: Path, args: argparse.Namespace, wanted: list[str], folder: bool
-) -> PlannedSpec | None:
-    """The spec's plans, every input error raised; None when a folder's spec lacks
-    `--model`."""
-    models = wanted or ([args.model] if args.model else [])
-    try:
-        return plan_spec(path, models, base_url=args.base_url, repeats=args.repeats)
-    except UnknownModel:
-        if not folder or wanted:
-            raise
-        return None
-
-
-def _as_input_errors(path: Path, exc: Exception) -> list[InputError]:
-    if isinstance(exc, InputErrors):
-        return exc.errors
-    if isinstance(exc, InputError):
-        return [exc]
-    return [InputError(str(path), None, None, str(exc))]
-
-
-def _check_folder(
-    jobs: list[PlannedSpec], errors: list[InputError], folder: bool, args: argparse.Namespace
-) -> None:
-    """A folder's bad specs (all of them at once), two specs of one name, or no spec to
-    run: nothing is sent then."""
-    if not folder:
-        return
-    names: dict[str, Path] = {}
-    for job in jobs:
-        name, path = job.loaded.spec.name, job.loaded.path
-        if name in names:
-            errors.append(
-                InputError(str(path), None, "name", f"{name!r} is already used by {names[name]}")
-            )
-        names.setdefault(name, path)
-    if errors:
-        raise errors[0] if len(errors) == 1 else InputErrors(errors)
-    if not jobs:
-        raise UsageError(f"{args.spec}: no spec in this folder has model {args.model!r}")
-
-
-def _run_spec(
-    job: PlannedSpec,
-    backend: Backend,
-    cache: Cache | None,
-    history: HistoryStore,
-    args: argparse.Namespace,
-    startup_s: float,
-) -> int:
-    """Each model of one spec, a summary each; 0 when any scored a sample, else 1. The
-    start-up and the spec's load are in each of its models' manifests."""
-    out = sys.stdout
-    any_scored = False
-    for position, eval_plan in enumerate(job.plans):
-        label = f"{job.loaded.spec.name}/{eval_plan.model.name}"
-        options = RunOptions(
-            progress=ProgressBar(label),
-            phase_seconds={"startup": startup_s, **job.phase_seconds(position)},
-            exec_cache=not args.no_exec_cache,
-            batch=parse_batch_mode(args.batch),
-            batch_options=BatchOptions.from_settings(
-                replace(cli_settings(), batch_timeout_s=args.batch_timeout),
-                notify=_note,
-                resume_hint=f"run the same command again to resume them "
-                f"(`gradetrail batches --cache {cache_where(args)}` lists them)",
-            ),
-            history=history,
-        )
-        done = run_model(eval_plan, cache, backend, args.results, options)
-        any_scored = any_scored or done.summary.any_scored
-        print(f"Run: {label} -> {done.run_dir}", file=out)
-        # The whole command's, from the process's start to the last byte written.
-        summary = format_summary(done.totals, done.summary, since_start())
-        print(summary, file=out)
-        for line in summary_lines(done.run_dir):
-            print(line, file=out)
-        for warning in done.manifest.warnings:
-            print(f"Warning: {warning}", file=out)
-    return EXIT_OK if any_scored else EXIT_FAILED

@@ -9,7 +9,7 @@ import sys
 
 from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.commands.options import positive_int
-from gradetrail_lib.engine.run import plan_spec
+from gradetrail_lib.engine.api import plan_spec
 from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK, run_until_decided
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.results.defaults import DEFAULT_GATE_THRESHOLD

@@ -394,11 +394,16 @@ def total_worst_case(plans: Sequence[ModelPlan], *, batch: bool | ByBatch = Fals
 
 
 def check_max_cost(
-    plans: Sequence[ModelPlan], limit: float, *, batch: bool | ByBatch = False
+    plans: Sequence[ModelPlan],
+    limit: float,
+    *,
+    batch: bool | ByBatch = False,
+    option: str = "max_cost",
 ) -> None:
     """Raises UsageError (exit 2) when the worst case exceeds `limit` dollars, or is
     unknown (a model without a price cannot be shown to stay under it). `batch`: the
-    misses go by batch (the run's mode: `sent_by_batch`), priced at the batch price."""
+    misses go by batch (the run's mode: `sent_by_batch`), priced at the batch price.
+    `option` is the limit's name where the user gave it (`--max-cost` in the CLI)."""
     worst = total_worst_case(plans, batch=batch)
     if worst is None:
         unpriced = sorted(
@@ -410,12 +415,12 @@ def check_max_cost(
             }
         )
         raise UsageError(
-            f"--max-cost {format_usd(limit)}: the worst case is unknown (no price for "
+            f"{option} {format_usd(limit)}: the worst case is unknown (no price for "
             f"{', '.join(unpriced)}); nothing was sent"
         )
     if worst > limit:
         raise UsageError(
-            f"--max-cost {format_usd(limit)}: the worst case is {format_usd(worst)}, over the "
+            f"{option} {format_usd(limit)}: the worst case is {format_usd(worst)}, over the "
             "limit; nothing was sent (see `gradetrail plan`)"
         )
 

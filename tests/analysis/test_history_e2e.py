@@ -380,7 +380,7 @@ def test_a_code_first_eval_runs_an_in_memory_spec(tmp_path: Path) -> None:
         gradetrail_lib.__all__
     )
     # Every public name is importable from the package root, and is what its home defines.
-    from gradetrail_lib.engine.run import run_spec as defined
+    from gradetrail_lib.engine.api import run_spec as defined
 
     assert run_spec is defined
     for name in gradetrail_lib.__all__:
