@@ -11,6 +11,7 @@ from gradetrail_assets.tables import DuckDBTables, PostgresTables, Tables
 from gradetrail_lib.analysis.history import HistoryStore
 from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.backends import Backend, build_backend
+from gradetrail_lib.backends.batch import BatchMode, BatchOptions, parse_batch_mode
 from gradetrail_lib.cache.location import (
     default_cache_location,
     open_cache,
@@ -20,7 +21,6 @@ from gradetrail_lib.cache.location import (
 from gradetrail_lib.cache.postgres import PostgresCache
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.cache.urls import password_of, without_password
-from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions, parse_batch_mode
 from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings
 
 # A run's tag that sets how its misses are sent (off, all, targets), over the resource's

@@ -6,10 +6,10 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
+from gradetrail_lib.backends.batch import cancel_batch
 from gradetrail_lib.cache.batches import BatchRecord, BatchStore
 from gradetrail_lib.cache.location import existing_cache
 from gradetrail_lib.commands.options import add_cache_option
-from gradetrail_lib.engine.batch_send import cancel_batch
 from gradetrail_lib.errors import UsageError
 
 EXIT_OK = 0

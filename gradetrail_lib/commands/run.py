@@ -15,14 +15,15 @@ from pathlib import Path
 from gradetrail_lib.analysis.calibration import summary_lines
 from gradetrail_lib.analysis.summary import format_summary
 from gradetrail_lib.backends import Backend, build_backend
+from gradetrail_lib.backends.batch import BATCH_MODES, BatchOptions
 from gradetrail_lib.cache.location import parse_location
 from gradetrail_lib.commands import until_decided
 from gradetrail_lib.commands.clock import since_start
 from gradetrail_lib.commands.options import add_cache_option
 from gradetrail_lib.commands.progress import ProgressBar
-from gradetrail_lib.engine.api import OptionNames, PlannedSpec, RunHooks, RunRequest, run_request
-from gradetrail_lib.engine.batch_send import BATCH_MODES, BatchOptions
+from gradetrail_lib.engine.api import PlannedSpec, RunHooks, RunRequest, run_request
 from gradetrail_lib.engine.responses import Progress
+from gradetrail_lib.engine.rules import OptionNames
 from gradetrail_lib.engine.run import CompletedRun
 from gradetrail_lib.errors import RunAborted, UsageError
 from gradetrail_lib.providers.models import split_model

@@ -18,12 +18,18 @@ from pathlib import Path
 
 from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.backends import build_backend
+from gradetrail_lib.backends.batch import BatchOptions, parse_batch_mode
 from gradetrail_lib.cache.location import default_cache_location, open_cache
-from gradetrail_lib.engine.batch_send import BatchOptions, parse_batch_mode
 from gradetrail_lib.engine.estimate import check_max_cost, estimate_run, sent_by_batch
 from gradetrail_lib.engine.plan import RunPlan, load_spec_dataset
 from gradetrail_lib.engine.plan import plan as make_plan
 from gradetrail_lib.engine.responses import Progress
+from gradetrail_lib.engine.rules import (
+    PYTHON_NAMES,
+    OptionNames,
+    base_url_needs_models,
+    batch_needs_the_cache,
+)
 from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
 from gradetrail_lib.errors import (
     InputError,
@@ -38,21 +44,6 @@ from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.settings import DEFAULT_MAX_CONCURRENCY, DEFAULTS, Settings
 from gradetrail_lib.spec.sources import SpecSource, as_loaded_spec, resolve_model, spec_files
 from gradetrail_lib.spec.spec import LoadedSpec
-
-
-@dataclass(frozen=True, kw_only=True)
-class OptionNames:
-    """How a surface spells the options a rule names: Python's arguments here; the CLI
-    passes its flags."""
-
-    batch: str = "batch"
-    no_cache: str = "read_cache=False"
-    models: str = "models"
-    base_url: str = "base_url"
-    max_cost: str = "max_cost"
-
-
-PYTHON_NAMES = OptionNames()
 
 
 @dataclass(frozen=True)
@@ -167,16 +158,10 @@ class SpecRuns:
 
 def check_request(request: RunRequest) -> None:
     """The rules among a request's options, before any spec is loaded."""
-    names = request.names
     if parse_batch_mode(request.batch) != "off" and not request.read_cache:
-        raise UsageError(
-            f"{names.batch} needs the cache file (it records the batches, so that a run "
-            f"killed while they run never pays for them twice): drop {names.no_cache}"
-        )
+        raise batch_needs_the_cache(request.names)
     if request.base_url is not None and not request.models:
-        raise UsageError(
-            f"{names.base_url} is the endpoint of {names.models} models; give {names.models}"
-        )
+        raise base_url_needs_models(request.names)
 
 
 def plan_request(request: RunRequest, hooks: RunHooks) -> list[PlannedSpec]:

@@ -8,8 +8,8 @@ import hashlib
 from dataclasses import dataclass, field
 
 from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.backends.batch import BatchMode, BatchOptions
 from gradetrail_lib.cache.base import Cache
-from gradetrail_lib.engine.batch_send import BatchMode, BatchOptions
 from gradetrail_lib.engine.plan import RunPlan
 from gradetrail_lib.engine.responses import Progress, batch_fingerprint
 from gradetrail_lib.engine.run import (

@@ -12,9 +12,9 @@ from typing import Protocol
 from gradetrail_lib.agents.loop import AgentSetup, Trajectory, run_agents
 from gradetrail_lib.agents.loop import Outcome as StepOutcome
 from gradetrail_lib.backends.base import Backend
+from gradetrail_lib.backends.batch import BatchSender
 from gradetrail_lib.backends.live_endpoints import live_requests
 from gradetrail_lib.cache.base import Cache, Writer
-from gradetrail_lib.engine.batch_send import BatchSender
 from gradetrail_lib.engine.plan import Batch
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers import registry as providers

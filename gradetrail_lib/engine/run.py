@@ -13,17 +13,14 @@ from pathlib import Path
 from gradetrail_lib.analysis.history import HistoryEntry, HistoryStore, record_run
 from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.cache.base import Cache
-from gradetrail_lib.cache.executions import Executions
-from gradetrail_lib.cache.memory import MemoryCache
-from gradetrail_lib.cache.postgres import PostgresCache
-from gradetrail_lib.cache.responses import ResponseCache
-from gradetrail_lib.engine.batch_send import (
+from gradetrail_lib.backends.batch import (
     BatchMode,
     BatchOptions,
     BatchSender,
     batching,
 )
+from gradetrail_lib.cache.base import Cache
+from gradetrail_lib.cache.memory import MemoryCache
 from gradetrail_lib.engine.plan import Batch, RunPlan
 from gradetrail_lib.engine.plan import batch_samples as default_batch_samples
 from gradetrail_lib.engine.records import RecordBuilder
@@ -33,8 +30,9 @@ from gradetrail_lib.engine.responses import (
     fetch_responses,
     look_up,
 )
+from gradetrail_lib.engine.rules import batch_needs_the_cache
 from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
-from gradetrail_lib.errors import GradetrailError, UsageError
+from gradetrail_lib.errors import GradetrailError
 from gradetrail_lib.providers.pricing import PriceList, load_prices
 from gradetrail_lib.results.keyset import AnyOf
 from gradetrail_lib.results.runs import RESULTS_FILE
@@ -170,17 +168,16 @@ def batch_backends(
     again)."""
     if mode == "off":
         return backend, backend
-    if not isinstance(cache, ResponseCache | PostgresCache):
-        raise UsageError("--batch needs the cache file (it records the batches): drop --no-cache")
-    return batching(backend, cache.batch_store(), mode, options)
+    store = cache.batch_store() if cache is not None else None
+    if store is None:
+        raise batch_needs_the_cache()
+    return batching(backend, store, mode, options)
 
 
 def attach_exec_cache(plan: RunPlan, cache: Cache | None, enabled: bool) -> None:
     """Give each scorer that runs programs, and an agent's builtin tools, the execution
     cache of the response cache (none without one, or with `--no-exec-cache`)."""
-    exec_cache: Executions | None = None
-    if enabled and isinstance(cache, ResponseCache | PostgresCache):
-        exec_cache = cache.exec_cache()
+    exec_cache = cache.exec_cache() if enabled and cache is not None else None
     for scorer in plan.scorers:
         use = getattr(scorer, "use_exec_cache", None)
         if use is not None:

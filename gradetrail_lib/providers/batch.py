@@ -2,7 +2,7 @@
 discount (OpenAI's and Azure OpenAI's Batch API, Anthropic's Message Batches).
 
 A provider that has one names it on its registry entry (`Provider.batch`); everything
-here is the protocol the batch runner (`engine.batch_send`) speaks, with no state: build
+here is the protocol the batch runner (`backends.batch`) speaks, with no state: build
 the job's lines from requests, submit them (claimed under a submission id first, so a
 run killed between the upload and its record can find the batch again), read the job's
 status with the provider's counts, read its results line by line, cancel it.

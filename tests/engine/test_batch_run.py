@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib.backends import build_backend
+from gradetrail_lib.backends.batch import BatchesPending, BatchMode, BatchOptions
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.cache.responses import ResponseCache
-from gradetrail_lib.engine.batch_send import BatchesPending, BatchMode, BatchOptions
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
 from gradetrail_lib.spec.spec import load_spec

@@ -1,11 +1,12 @@
 """Sending a run's cache misses through provider batch APIs (`run --batch`).
 
-`BatchSender` is a backend (`backends.base.Backend`) wrapped around the run's own: the
-requests of a model whose provider has a batch API (`Provider.batch`) go as batch jobs,
-the rest to the wrapped backend, and which way a model's requests go is said once per
-model. Every answer reaches the run as the ordinary backend's would (`on_result`, which
-stores it in the cache as it is read), so what comes after (records, judges, totals)
-does not know how a request was sent; nor does the run's identity.
+`BatchSender` is a backend (`backends.base.Backend`: requests in, answers out) wrapped
+around the run's own: the requests of a model whose provider has a batch API
+(`Provider.batch`, looked up once per provider) go as batch jobs, the rest to the wrapped
+backend, and which way a model's requests go is said once per model. Every answer
+reaches the run as the ordinary backend's would (`on_result`, which stores it in the
+cache as it is read), so what comes after (records, judges, totals) does not know how a
+request was sent; nor does the run's identity.
 
 Never paid twice: before a request is uploaded its key is claimed in the cache's batch
 tables (`cache.batches`), and a key a recorded batch already carries is not sent again:
@@ -121,11 +122,13 @@ class _Flight:
 @dataclass
 class _Shared:
     """What a sender and its `limited` copies share: the models whose way was said, the
-    submissions made here, and the batches not read yet (submission -> batch id)."""
+    submissions made here, the batches not read yet (submission -> batch id) and each
+    provider's batch API."""
 
     said: set[tuple[str, str]] = field(default_factory=set)
     own: set[str] = field(default_factory=set)
     open: dict[str, str] = field(default_factory=dict)
+    apis: dict[str, BatchAPI | None] = field(default_factory=dict)
 
 
 class BatchSender:
@@ -150,6 +153,8 @@ class BatchSender:
         self._open = self._shared.open
         self._stack = ExitStack()
         self._connections: dict[Endpoint, Connection] = {}
+        # Each provider's batch API (None: it has none), looked up once by `_route`.
+        self._apis = self._shared.apis
 
     # -- the Backend protocol
 
@@ -207,7 +212,9 @@ class BatchSender:
         for request in requests:
             endpoint = request.endpoint
             model = (endpoint.provider, endpoint.model)
-            if registry.batch_api(endpoint.provider) is not None:
+            if endpoint.provider not in self._apis:
+                self._apis[endpoint.provider] = registry.batch_api(endpoint.provider)
+            if self._apis[endpoint.provider] is not None:
                 by_batch.append(request)
                 self._say_once(model, f"model {model[0]}/{model[1]}: sent by batch")
             else:
@@ -234,25 +241,18 @@ class BatchSender:
             self._shared.said.add(model)
             self.options.notify(line)
 
+    def _api_of(self, endpoint: Endpoint) -> BatchAPI:
+        """The batch API of a request `_route` sent by batch."""
+        api = self._apis[endpoint.provider]
+        assert api is not None
+        return api
+
     def _conn_of(self, endpoint: Endpoint) -> Connection:
         if endpoint not in self._connections:
-            self._connections[endpoint] = self._connection(self._stack, endpoint)
+            self._connections[endpoint] = open_connection(
+                self._stack, endpoint, self.options.transport
+            )
         return self._connections[endpoint]
-
-    def _connection(self, stack: ExitStack, endpoint: Endpoint) -> Connection:
-        import httpx
-
-        from gradetrail_lib.providers.caller import api_key_for
-
-        probe = ModelRequest(key="", endpoint=endpoint, messages=[], params={})
-        try:
-            api_key = api_key_for(probe)
-        except ProviderError as exc:  # no key: nothing can be sent or polled
-            raise GradetrailError(f"{endpoint.provider}/{endpoint.model}: {exc.message}") from exc
-        client = stack.enter_context(
-            httpx.Client(transport=self.options.transport, timeout=httpx.Timeout(300.0))
-        )
-        return Connection(client=client, endpoint=endpoint, api_key=api_key)
 
     def _submit(
         self, requests: list[ModelRequest], on_result: ResultCallback, unanswered: set[str]
@@ -269,14 +269,11 @@ class BatchSender:
             groups: dict[Endpoint, list[tuple[str, bytes]]] = {}
             for key in free:
                 request = by_key[key]
-                api = registry.batch_api(request.endpoint.provider)
-                assert api is not None
-                lines[key] = api.line(request)
+                lines[key] = self._api_of(request.endpoint).line(request)
                 groups.setdefault(request.endpoint, []).append((key, lines[key]))
             out = []
             for endpoint, items in groups.items():
-                api = registry.batch_api(endpoint.provider)
-                assert api is not None
+                api = self._api_of(endpoint)
                 for part in split(items, api.limits):
                     out.append(_new_batch(endpoint, api, [k for k, _ in part]))
             return out
@@ -287,8 +284,7 @@ class BatchSender:
         flights = [self._adopt(record, by_key) for record in claim.adopted]
         for record, keys in claim.claimed:
             endpoint = by_key[keys[0]].endpoint
-            api = registry.batch_api(endpoint.provider)
-            assert api is not None
+            api = self._api_of(endpoint)
             conn = self._conn_of(endpoint)
             try:
                 batch_id = self._submit_one(api, conn, record, [lines[k] for k in keys])
@@ -349,9 +345,9 @@ class BatchSender:
     def _adopt(self, record: BatchRecord, by_key: dict[str, ModelRequest]) -> _Flight:
         keys = set(self.store.keys(record.submission)) & set(by_key)
         endpoint = by_key[next(iter(keys))].endpoint
-        api = registry.batch_api(endpoint.provider)
-        assert api is not None
-        flight = _Flight(record=record, api=api, conn=self._conn_of(endpoint), wanted=keys)
+        flight = _Flight(
+            record=record, api=self._api_of(endpoint), conn=self._conn_of(endpoint), wanted=keys
+        )
         self._open[record.submission] = record.batch_id or record.submission
         if record.submission not in self._own:
             where = record.batch_id or f"claim {record.submission}"
@@ -520,6 +516,23 @@ class BatchSender:
         return [k for k, v in outcomes.items() if v == NOT_RUN]
 
 
+def open_connection(
+    stack: ExitStack, endpoint: Endpoint, transport: httpx.BaseTransport | None
+) -> Connection:
+    """An HTTP client to `endpoint`'s batch API with its key, closed with `stack`."""
+    import httpx
+
+    from gradetrail_lib.providers.caller import api_key_for
+
+    probe = ModelRequest(key="", endpoint=endpoint, messages=[], params={})
+    try:
+        api_key = api_key_for(probe)
+    except ProviderError as exc:  # no key: nothing can be sent or polled
+        raise GradetrailError(f"{endpoint.provider}/{endpoint.model}: {exc.message}") from exc
+    client = stack.enter_context(httpx.Client(transport=transport, timeout=httpx.Timeout(300.0)))
+    return Connection(client=client, endpoint=endpoint, api_key=api_key)
+
+
 def _results(flight: _Flight) -> Iterator[BatchResult]:
     assert flight.status is not None
     yield from flight.api.results(flight.conn, flight.status)
@@ -588,9 +601,7 @@ def cancel_batch(
     if api is None:
         raise UsageError(f"provider {record.provider} has no batch API")
     with ExitStack() as stack:
-        sender = BatchSender(_NoBackend(), store, BatchOptions(transport=transport))
-        conn = sender._connection(stack, endpoint_of(record))
-        status = api.cancel(conn, record.batch_id)
+        status = api.cancel(open_connection(stack, endpoint_of(record), transport), record.batch_id)
     store.update(
         record.submission,
         state=status.state,
@@ -599,30 +610,6 @@ def cancel_batch(
         failed=status.failed,
     )
     return status
-
-
-class _NoBackend:
-    """The backend of a sender that only cancels."""
-
-    name = "none"
-    concurrency = 1
-
-    def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
-        raise AssertionError("a cancelling sender sends nothing")
-
-    def prepare(self) -> None:
-        pass
-
-    def session(self) -> AbstractContextManager[None]:
-        from contextlib import nullcontext
-
-        return nullcontext()
-
-    def limited(self, max_concurrency: int) -> _NoBackend:
-        return self
-
-    def describe(self) -> dict[str, object]:
-        return {}
 
 
 def batching(

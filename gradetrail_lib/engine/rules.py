@@ -1,0 +1,36 @@
+"""The rules among a run's options, each worded once. A message names an option as the
+surface it came through spells it: `OptionNames` holds Python's arguments (`run_spec`,
+`run_model`), and the CLI passes its flags."""
+
+from dataclasses import dataclass
+
+from gradetrail_lib.errors import UsageError
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptionNames:
+    """How a surface spells the options a rule names."""
+
+    batch: str = "batch"
+    no_cache: str = "read_cache=False"
+    models: str = "models"
+    base_url: str = "base_url"
+    max_cost: str = "max_cost"
+
+
+PYTHON_NAMES = OptionNames()
+
+
+def batch_needs_the_cache(names: OptionNames = PYTHON_NAMES) -> UsageError:
+    """A run by batch without a kept cache: the batches are recorded there, so that a
+    run killed while they run never pays for them twice."""
+    return UsageError(
+        f"{names.batch} needs the cache file (it records the batches, so that a run "
+        f"killed while they run never pays for them twice): drop {names.no_cache}"
+    )
+
+
+def base_url_needs_models(names: OptionNames = PYTHON_NAMES) -> UsageError:
+    return UsageError(
+        f"{names.base_url} is the endpoint of {names.models} models; give {names.models}"
+    )
