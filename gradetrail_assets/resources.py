@@ -8,8 +8,6 @@ from typing import Any
 import dagster as dg
 
 from gradetrail_assets.tables import DuckDBTables, PostgresTables, Tables
-from gradetrail_lib.analysis.history import HistoryStore
-from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.backends.batch import BatchMode, BatchOptions, parse_batch_mode
 from gradetrail_lib.cache.location import (
@@ -21,6 +19,8 @@ from gradetrail_lib.cache.location import (
 from gradetrail_lib.cache.postgres import PostgresCache
 from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.cache.urls import password_of, without_password
+from gradetrail_lib.history.entries import HistoryStore
+from gradetrail_lib.history.store import open_history
 from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings
 
 # A run's tag that sets how its misses are sent (off, all, targets), over the resource's

@@ -8,6 +8,8 @@
 * docs/cli.md has a table of options per command, checked against the argument parser.
 * docs/providers.md has a section per provider; every engine setting's variable is named;
   docs/python-api.md names every name of `gradetrail_lib.__all__`.
+* docs/architecture.md lists the layers as `.importlinter` does, highest first, and
+  names every provider module.
 * The README keeps its two set-up commands (CI runs the test command verbatim), stays
   short, and links only to pages that exist; mkdocs.yml's nav lists every page.
 
@@ -373,3 +375,36 @@ def test_site_navigation_lists_every_page() -> None:
     listed = sorted(pages(config["nav"]))
     on_disk = sorted(p.name for p in DOCS.glob("*.md"))
     assert listed == on_disk, f"mkdocs.yml nav {listed} != docs/ {on_disk}"
+
+
+def _architecture_layers() -> list[set[str]]:
+    """The layers block of docs/architecture.md, a set of package names a line."""
+    text = (DOCS / "architecture.md").read_text()
+    block = text.split("## The layers", 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.strip().splitlines():
+        names = {part.split()[0].removeprefix("gradetrail_lib.") for part in line.split("|")}
+        layers.append(names)
+    return layers
+
+
+def test_architecture_lists_the_layers_of_the_contract_in_its_order() -> None:
+    """The page says "highest first", as `.importlinter` lists them."""
+    text = (DOCS / "architecture.md").read_text()
+    assert "Highest first;" in text.split("## The layers", 1)[1]
+    config = (REPO / ".importlinter").read_text()
+    listed = config.split("layers =", 1)[1].split("\n\n", 1)[0]
+    contract = [
+        {name.strip() for name in line.split("|")} for line in listed.strip().splitlines()
+    ]
+    documented = [names - {"gradetrail_assets"} for names in _architecture_layers()]
+    assert documented == contract
+
+
+def test_architecture_names_every_provider_module() -> None:
+    """Each module of providers/ is named in the `providers` row of the packages table."""
+    text = (DOCS / "architecture.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `providers` |"))
+    modules = {p.stem for p in (REPO / "gradetrail_lib" / "providers").glob("*.py")}
+    missing = sorted(m for m in modules - {"__init__"} if f"`{m}`" not in row)
+    assert missing == [], f"docs/architecture.md, the providers row: name {missing}"

@@ -32,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE
 from gradetrail_lib.analysis.stats.intervals import wilson_bounds
-from gradetrail_lib.labels import LabelLookup, labels_path, read_labels, record_key
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from gradetrail_lib.labels.store import LabelLookup, labels_path, read_labels, record_key
 from gradetrail_lib.results.runs import load_run
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD
 
 KAPPA_METHOD = "fleiss-cohen-everitt-1969"
 PPI_METHOD = "ppi++-mean"

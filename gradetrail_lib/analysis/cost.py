@@ -18,9 +18,8 @@ from typing import Any
 
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.pricing import LOCAL_COST, PriceList, format_usd, usage_cost
-from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.results.totals import SentKeys
-from gradetrail_lib.results.trace import Manifest, Role, TraceRecord
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD, Manifest, Role, TraceRecord
 
 
 @dataclass

@@ -42,10 +42,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE
 from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
-from gradetrail_lib.results.trace import Retrieval, TraceRecord
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD, Retrieval, TraceRecord
 
 if TYPE_CHECKING:  # the stats package is imported when figures are computed, not before
     from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, Estimate, Interval

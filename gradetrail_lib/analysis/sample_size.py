@@ -6,7 +6,7 @@ at the gate's level (`stats.power`: Connor's formula, stepped up to the exact Mc
 test's power), and with repeats the cases of K repeats each (the design effect).
 
 The discordance (the share of pairs the two sides do not both pass or both fail) is
-measured on the spec's last two runs in the run history (`analysis.history`) when there
+measured on the spec's last two runs in the run history (`history.entries`) when there
 are two whose directories still hold them, whose results differ and which hold the same
 samples (else the most recent such pair): a discordance seen between the last two
 versions is the best guess for the next. Otherwise it is assumed
@@ -20,14 +20,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
 
-from gradetrail_lib.analysis.history import (
-    DirectoryState,
-    FileHistory,
-    HistoryStore,
-    newest_first,
-    select,
-)
 from gradetrail_lib.analysis.stats.clusters import group_by
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE
 from gradetrail_lib.analysis.stats.paired import pair_up
 from gradetrail_lib.analysis.stats.power import (
     CONNOR_EXACT,
@@ -40,8 +34,15 @@ from gradetrail_lib.analysis.stats.power import (
     pairs_needed,
 )
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from gradetrail_lib.history.entries import (
+    DirectoryState,
+    FileHistory,
+    HistoryStore,
+    newest_first,
+    select,
+)
 from gradetrail_lib.results.runs import load_run
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD
 from gradetrail_lib.spec.spec import Spec, load_spec
 
 Source = Literal["observed", "assumed"]

@@ -27,9 +27,8 @@ from gradetrail_lib.analysis.stats.repeats import (
 )
 from gradetrail_lib.analysis.stats.run_stats import describe, scorer_estimates
 from gradetrail_lib.providers.pricing import LOCAL_COST, format_usd
-from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.results.totals import RunTotals, Totalled, scored_mean, totals_of
-from gradetrail_lib.results.trace import CallTotals, Manifest, ScorerFigures
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD, CallTotals, Manifest, ScorerFigures
 
 
 @dataclass(frozen=True)

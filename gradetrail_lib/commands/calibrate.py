@@ -11,10 +11,10 @@ from gradetrail_lib.analysis.calibration import (
     format_calibration,
     judge_scorers,
 )
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE
 from gradetrail_lib.commands.options import add_pass_threshold, confidence_level, fraction
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.labels import labels_path
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE
+from gradetrail_lib.labels.store import labels_path
 from gradetrail_lib.results.runs import load_run
 
 EXIT_OK = 0

@@ -5,7 +5,7 @@ each scorer the two runs share (`--all-scorers`), failing when any regresses. Ru
 cannot be compared on a gated scorer exit 2, never 1: a refusal is not a regression.
 
 `--baseline previous` takes the baseline from the run history under the candidate's
-results root (its parent directory; `gradetrail_lib.analysis.history`): the most recent earlier
+results root (its parent directory; `gradetrail_lib.history.entries`): the most recent earlier
 run of the same spec and model whose results differ from the candidate's and whose
 directory still holds it. Which run it picked (and which it passed over) is printed
 first (to stderr with `--json`, where the JSON says it too). With a shared store
@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradetrail_lib.analysis.history import Baseline, previous_run
-from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.analysis.stats import GateDecision, check_comparable, compare, gate
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.commands.options import add_stats_options, non_negative
 from gradetrail_lib.commands.pairing import ScorerPair, pick, scorer_pairs
 from gradetrail_lib.errors import NotComparable, UsageError
-from gradetrail_lib.results.defaults import DEFAULT_GATE_THRESHOLD
+from gradetrail_lib.history.entries import Baseline, previous_run
+from gradetrail_lib.history.store import open_history
 from gradetrail_lib.results.runs import Run, distinct_labels, load_run
 from gradetrail_lib.settings import cli_settings
 from gradetrail_lib.spec.identity import records_fingerprint

@@ -6,20 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from gradetrail_lib.labels import (
-    SAMPLINGS,
-    append_labels,
-    default_labeller,
-    labels_path,
-    read_labels,
-    record_key,
-)
 from gradetrail_lib.labels.files import (
     export_rows,
     is_jsonl,
     labels_from_rows,
     read_rows,
     write_rows,
+)
+from gradetrail_lib.labels.store import (
+    SAMPLINGS,
+    append_labels,
+    default_labeller,
+    labels_path,
+    read_labels,
+    record_key,
 )
 from gradetrail_lib.results.runs import load_run
 

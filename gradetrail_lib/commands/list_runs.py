@@ -1,4 +1,4 @@
-"""`gradetrail list [ROOT]`: the run history, newest first (`gradetrail_lib.analysis.history`).
+"""`gradetrail list [ROOT]`: the run history, newest first (`gradetrail_lib.history.entries`).
 
 One line per completed run: finish time (UTC), spec/model, identity prefix, the primary
 scorer's pass rate with its interval and n, git SHA (`+dirty` for a dirty tree) and the
@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gradetrail_lib.analysis.history import (
+from gradetrail_lib.errors import InputError
+from gradetrail_lib.history.entries import (
     DirectoryState,
     HistoryEntry,
     elsewhere,
     newest_first,
     select,
 )
-from gradetrail_lib.analysis.history_store import open_history
-from gradetrail_lib.errors import InputError
+from gradetrail_lib.history.store import open_history
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 

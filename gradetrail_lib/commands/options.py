@@ -2,11 +2,8 @@
 
 import argparse
 
-from gradetrail_lib.results.defaults import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_THRESHOLD,
-    PROPORTION_METHODS,
-)
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, PROPORTION_METHODS
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.analysis.sample_size import samples_needed
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.analysis.stats.power import DEFAULT_POWER
 from gradetrail_lib.analysis.stats.sequential import METHOD, Forecast, forecast
 from gradetrail_lib.cache.location import existing_cache
@@ -24,8 +24,8 @@ from gradetrail_lib.commands.options import add_cache_option, confidence_level
 from gradetrail_lib.engine.estimate import ModelPlan, estimate_run, format_plan, total_worst_case
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK
+from gradetrail_lib.history.store import open_history
 from gradetrail_lib.providers.pricing import format_usd, load_prices
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 from gradetrail_lib.spec.spec import load_spec
 

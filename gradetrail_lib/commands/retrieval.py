@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 from gradetrail_lib.analysis.retrieval import DEFAULT_CITATION_PATTERN, DEFAULT_K, citation_pattern
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE
 from gradetrail_lib.commands.options import add_pass_threshold, confidence_level, positive_int
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE
 
 EXIT_OK = 0
 

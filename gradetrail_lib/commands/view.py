@@ -8,9 +8,9 @@ import contextlib
 import sys
 from pathlib import Path
 
-from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.labels import default_labeller
+from gradetrail_lib.history.store import open_history
+from gradetrail_lib.labels.store import default_labeller
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 
 EXIT_OK = 0

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradetrail_lib.analysis.history_store import open_history
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.batch import BatchOptions, parse_batch_mode
 from gradetrail_lib.cache.location import default_cache_location, open_cache
@@ -39,6 +38,7 @@ from gradetrail_lib.errors import (
     UsageError,
     one_or_all,
 )
+from gradetrail_lib.history.store import open_history
 from gradetrail_lib.providers.pricing import load_prices
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.settings import DEFAULT_MAX_CONCURRENCY, DEFAULTS, Settings

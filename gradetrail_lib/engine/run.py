@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from gradetrail_lib.analysis.history import HistoryEntry, HistoryStore, record_run
+from gradetrail_lib.analysis.pass_rate import pass_rate_of
 from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.batch import (
@@ -33,6 +33,7 @@ from gradetrail_lib.engine.responses import (
 from gradetrail_lib.engine.rules import batch_needs_the_cache
 from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import GradetrailError
+from gradetrail_lib.history.entries import HistoryEntry, HistoryStore, record_run
 from gradetrail_lib.providers.pricing import PriceList, load_prices
 from gradetrail_lib.results.keyset import AnyOf
 from gradetrail_lib.results.runs import RESULTS_FILE
@@ -154,7 +155,7 @@ class RunOptions:
     # (targets, then judges), or the targets' only; and how the batches are waited for.
     batch: BatchMode = "off"
     batch_options: BatchOptions = field(default_factory=BatchOptions)
-    # Where the run is added to the history (`analysis.history_store.open_history`); None:
+    # Where the run is added to the history (`history.store.open_history`); None:
     # the file under the results root.
     history: HistoryStore | None = None
 
@@ -239,8 +240,9 @@ def run_model(
         raise
     try:
         entry = record_run(
-            results_root, manifest, totals, run_dir, out.fingerprint.hexdigest(), options.history
-        )
+            results_root, manifest, pass_rate_of(totals, manifest), run_dir,
+            out.fingerprint.hexdigest(), options.history,
+        )  # fmt: skip
     except GradetrailError as exc:  # a shared store out of reach: the run itself is kept
         spans.end(manifest)
         raise GradetrailError(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gradetrail_lib.errors import InputError, one_or_all
-from gradetrail_lib.labels import (
+from gradetrail_lib.labels.store import (
     VERDICTS,
     Label,
     LabelLookup,

@@ -15,9 +15,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gradetrail_lib.providers import registry
-from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.results.keyset import AnyOf, KeySet
-from gradetrail_lib.results.trace import OUTCOMES, CallTotals, ModelCall, Role, TraceRecord
+from gradetrail_lib.results.trace import (
+    DEFAULT_THRESHOLD,
+    OUTCOMES,
+    CallTotals,
+    ModelCall,
+    Role,
+    TraceRecord,
+)
 
 NAN = math.nan
 

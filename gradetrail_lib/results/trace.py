@@ -31,7 +31,9 @@ from pydantic import (
 )
 
 from gradetrail_lib.errors import FIELD_WORDS, InputError, first_of, indexed, input_errors, on_line
-from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
+
+# A sample passes at score >= 1.0: binary scorers give 0 or 1.
+DEFAULT_THRESHOLD = 1.0
 
 SCHEMA_VERSION = 2
 

@@ -30,8 +30,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gradetrail_lib.analysis.history import HistoryStore
 from gradetrail_lib.errors import UsageError
+from gradetrail_lib.history.entries import HistoryStore
 from gradetrail_lib.viewer.catalog import Catalog
 from gradetrail_lib.viewer.label_pages import LabelPages
 from gradetrail_lib.viewer.labelling import (

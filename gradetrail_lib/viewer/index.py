@@ -43,10 +43,10 @@ from gradetrail_lib.analysis.stats import Estimate
 from gradetrail_lib.analysis.stats.clusters import cluster_proportion
 from gradetrail_lib.analysis.stats.intervals import proportion
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.results.defaults import DEFAULT_THRESHOLD
 from gradetrail_lib.results.sheet import ScoreSheet
 from gradetrail_lib.results.trace import (
     AGENT_STOPS,
+    DEFAULT_THRESHOLD,
     FAILURE_MODES,
     OUTCOMES,
     SCHEMA_VERSION,

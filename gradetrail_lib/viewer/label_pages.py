@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from gradetrail_lib.labels import LabelKey, response_hash
+from gradetrail_lib.labels.store import LabelKey, response_hash
 from gradetrail_lib.report.html import sample_view
 from gradetrail_lib.viewer import links
 from gradetrail_lib.viewer.index import RunIndex, Signature

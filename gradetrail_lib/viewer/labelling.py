@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 import numpy as np
 
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.labels import (
+from gradetrail_lib.labels.store import (
     Label,
     LabelKey,
     LabelLookup,

@@ -20,12 +20,12 @@ import jinja2
 import numpy as np
 
 from gradetrail_lib.analysis.calibration import run_calibrations
-from gradetrail_lib.analysis.history import FileHistory, HistoryEntry, HistoryStore
 from gradetrail_lib.analysis.stats import PairedComparison, check_comparable, compare
 from gradetrail_lib.analysis.stats.intervals import Estimate, Interval
 from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.analysis.summary import RunSummary, format_cost
 from gradetrail_lib.errors import GradetrailError, InputError, NotComparable
+from gradetrail_lib.history.entries import FileHistory, HistoryEntry, HistoryStore
 from gradetrail_lib.report.html import (
     FAILURE_LABELS,
     FailedSample,

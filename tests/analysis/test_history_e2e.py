@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.analysis.history import HISTORY_FILE, HistoryEntry, append_entry, read_history
 from gradetrail_lib.errors import InputError
+from gradetrail_lib.history.entries import HISTORY_FILE, HistoryEntry, append_entry, read_history
 from tests.conftest import run_cli, write_addition_dataset
 from tests.conftest import write_spec as write_fake_spec
 from tests.support.fake_llm_server import FakeLLMServer
@@ -225,7 +225,7 @@ def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
         f"""
         import sys
         from pathlib import Path
-        from gradetrail_lib.analysis.history import HistoryEntry, append_entry
+        from gradetrail_lib.history.entries import HistoryEntry, append_entry
         entry = HistoryEntry.model_validate_json(sys.argv[1])
         for i in range(300):
             append_entry(Path({str(tmp_path / "results")!r}),

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.analysis.history import HISTORY_FILE, FileHistory, origin_of
-from gradetrail_lib.analysis.history_postgres import PostgresHistory
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.cache.postgres import close_pools
 from gradetrail_lib.engine.api import plan_spec
 from gradetrail_lib.engine.run import RunOptions, run_model
 from gradetrail_lib.errors import GradetrailError, UsageError
+from gradetrail_lib.history.entries import HISTORY_FILE, FileHistory, origin_of
+from gradetrail_lib.history.postgres import PostgresHistory
 from tests.analysis.test_history_e2e import N, run_dir, write_spec
 from tests.conftest import run_cli
 

@@ -11,7 +11,7 @@ import pytest
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib.analysis.calibration import calibrate_run
-from gradetrail_lib.labels import append_labels, label_for
+from gradetrail_lib.labels.store import append_labels, label_for
 from gradetrail_lib.results.runs import load_run
 from tests.support.fake_llm_server import FakeLLMServer
 

@@ -17,8 +17,8 @@ from dagster._serdes import serialize_value
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import settings_from_environment
 from gradetrail_assets.tables import SCORE_COLUMNS, STATS_COLUMNS, PostgresTables
-from gradetrail_lib.analysis.history import origin_of
 from gradetrail_lib.cache.postgres import close_pools
+from gradetrail_lib.history.entries import origin_of
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, default_responder
 

@@ -12,7 +12,7 @@ import pytest
 from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
 from sklearn.metrics import cohen_kappa_score
 
-from gradetrail_lib.labels import labels_path, read_labels
+from gradetrail_lib.labels.store import labels_path, read_labels
 from gradetrail_lib.results.runs import load_run
 from tests.conftest import run_cli
 from tests.support.eval_runs import multi_scorers, run_spec, start_server, write_dataset, write_spec

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib.analysis.history import HISTORY_FILE, append_entry, read_history
 from gradetrail_lib.cli import main
 from gradetrail_lib.errors import disk_full, disk_full_message
+from gradetrail_lib.history.entries import HISTORY_FILE, append_entry, read_history
 from gradetrail_lib.results import appendlog, trace
 
 N = 200  # ~270 kB of results.jsonl: fits a 2 MB tmpfs, not the 64 kB left once it is filled

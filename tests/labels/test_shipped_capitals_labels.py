@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from gradetrail_lib.labels import read_labels
+from gradetrail_lib.labels.store import read_labels
 from tests.conftest import REPO, needs_local_model, run_cli
 
 LABELS = REPO / "specs" / "labels" / "capitals.csv"

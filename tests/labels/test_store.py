@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib.errors import InputError
-from gradetrail_lib.labels import (
+from gradetrail_lib.labels.store import (
     Label,
     LabelKey,
     append_labels,
@@ -165,8 +165,8 @@ def test_an_exported_csv_runs_no_formula_and_round_trips(tmp_path: Path) -> None
     importing the file gives back the very text (so its hash, so its label)."""
     import csv
 
-    from gradetrail_lib.labels import LabelLookup
     from gradetrail_lib.labels.files import export_rows, labels_from_rows, read_rows, write_rows
+    from gradetrail_lib.labels.store import LabelLookup
 
     hostile = [
         record("=cmd|' /C calc'!A0", 1.0, response='=HYPERLINK("http://x","y")'),

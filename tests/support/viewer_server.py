@@ -4,7 +4,7 @@ import asyncio
 import threading
 from pathlib import Path
 
-from gradetrail_lib.analysis.history import HistoryStore
+from gradetrail_lib.history.entries import HistoryStore
 from gradetrail_lib.viewer.app import bind, create_app, server
 
 

@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from gradetrail_lib.labels import labels_path, response_hash
+from gradetrail_lib.labels.store import labels_path, response_hash
 from gradetrail_lib.viewer.app import host_names
 from gradetrail_lib.viewer.labelling import (
     BadLabel,

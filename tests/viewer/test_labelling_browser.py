@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gradetrail_lib.labels import labels_path
+from gradetrail_lib.labels.store import labels_path
 from gradetrail_lib.viewer.links import label_href, sample_href
 from tests.support.viewer_runs import ViewerRuns, make_runs
 from tests.support.viewer_server import Background

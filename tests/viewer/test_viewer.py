@@ -468,8 +468,8 @@ def test_the_history_plot_reads_a_shared_store(
 ) -> None:
     """Two machines (results roots) sharing a Postgres store: the viewer of one plots
     both machines' runs from the store; its run directories still come from its root."""
-    from gradetrail_lib.analysis.history_store import open_history
     from gradetrail_lib.cache.postgres import close_pools
+    from gradetrail_lib.history.store import open_history
     from tests.support.fake_llm_server import FakeLLMServer
 
     monkeypatch.setenv("GRADETRAIL_STORE", postgres_url)

@@ -6,6 +6,12 @@ Pure functions from trace records and manifests (`trace`) to dataclasses, one sc
 at a time; the CLI and the Dagster assets both call these.
 """
 
+from gradetrail_lib.analysis.stats.defaults import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_GATE_THRESHOLD,
+    PROPORTION_METHODS,
+    ProportionMethod,
+)
 from gradetrail_lib.analysis.stats.gate import GateDecision, gate
 from gradetrail_lib.analysis.stats.intervals import (
     BootstrapSettings,
@@ -36,13 +42,7 @@ from gradetrail_lib.analysis.stats.repeats import (
     repeat_stats,
 )
 from gradetrail_lib.analysis.stats.run_stats import Latency, RunStats, describe, run_stats
-from gradetrail_lib.results.defaults import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_GATE_THRESHOLD,
-    DEFAULT_THRESHOLD,
-    PROPORTION_METHODS,
-    ProportionMethod,
-)
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD
 
 __all__ = [
     "DEFAULT_CONFIDENCE",

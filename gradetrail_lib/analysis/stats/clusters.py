@@ -29,6 +29,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, ProportionMethod
 from gradetrail_lib.analysis.stats.intervals import (
     BOOTSTRAP,
     NEFF,
@@ -44,7 +45,6 @@ from gradetrail_lib.analysis.stats.intervals import (
     skew_warning,
     too_skewed,
 )
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, ProportionMethod
 
 T = TypeVar("T")
 CLUSTER = "cluster-"

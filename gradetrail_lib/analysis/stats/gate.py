@@ -12,9 +12,9 @@ change for.
 from dataclasses import dataclass
 from typing import Any
 
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.analysis.stats.paired import MCNEMAR, PairedComparison
 from gradetrail_lib.analysis.stats.run_stats import percent
-from gradetrail_lib.results.defaults import DEFAULT_GATE_THRESHOLD
 
 
 @dataclass(frozen=True)

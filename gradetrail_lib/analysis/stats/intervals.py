@@ -37,7 +37,11 @@ from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any, Literal
 
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, PROPORTION_METHODS, ProportionMethod
+from gradetrail_lib.analysis.stats.defaults import (
+    DEFAULT_CONFIDENCE,
+    PROPORTION_METHODS,
+    ProportionMethod,
+)
 
 
 @dataclass(frozen=True)

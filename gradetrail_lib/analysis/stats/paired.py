@@ -40,6 +40,7 @@ from gradetrail_lib.analysis.stats.clusters import (
     group_by,
     is_clustered,
 )
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, ProportionMethod
 from gradetrail_lib.analysis.stats.intervals import (
     BootstrapSettings,
     Estimate,
@@ -51,10 +52,9 @@ from gradetrail_lib.analysis.stats.intervals import (
 from gradetrail_lib.analysis.stats.power import DEFAULT_POWER, MdeMethod, comparison_mde
 from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.results.sheet import ScoreSheet
 from gradetrail_lib.results.totals import scored_mean
-from gradetrail_lib.results.trace import Manifest, TraceRecord
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD, Manifest, TraceRecord
 
 Verdict = Literal["A", "B", "no winner"]
 Key = tuple[str, int]

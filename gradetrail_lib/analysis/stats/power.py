@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from statistics import NormalDist
 from typing import Any, Literal
 
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE
 
 DEFAULT_POWER = 0.8
 # When no history says otherwise: a share of discordant pairs typical of two versions of

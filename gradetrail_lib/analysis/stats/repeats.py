@@ -30,9 +30,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gradetrail_lib.analysis.stats.clusters import CLUSTER
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, ProportionMethod
 from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, Estimate, mean_interval
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.results.totals import Totalled, totals_of
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradetrail_lib.analysis.stats.clusters import cluster_mean_estimate, cluster_proportion
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, ProportionMethod
 from gradetrail_lib.analysis.stats.intervals import (
     BootstrapSettings,
     Estimate,
     mean_estimate,
     proportion,
 )
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD, ProportionMethod
 from gradetrail_lib.results.totals import Totalled, totals_of
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD
 
 LATENCY_PERCENTILES = (50, 90, 99)
 

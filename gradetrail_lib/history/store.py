@@ -1,11 +1,11 @@
 """Which store holds the run history: the file under the results root, or a Postgres
-table (`history_postgres`). Apart from both stores, so that neither imports the other."""
+table (`postgres`). Apart from both stores, so that neither imports the other."""
 
 from pathlib import Path
 
-from gradetrail_lib.analysis.history import FileHistory, HistoryStore
-from gradetrail_lib.analysis.history_postgres import PostgresHistory
 from gradetrail_lib.cache.location import store_location
+from gradetrail_lib.history.entries import FileHistory, HistoryStore
+from gradetrail_lib.history.postgres import PostgresHistory
 
 
 def open_history(results_root: Path, *, store: str | None, cache: str | Path) -> HistoryStore:

@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gradetrail_lib.analysis.history import HistoryEntry, origin_of
 from gradetrail_lib.cache.postgres import PostgresDatabase
 from gradetrail_lib.errors import (
     FIELD_WORDS,
@@ -24,6 +23,7 @@ from gradetrail_lib.errors import (
     input_errors,
     on_line,
 )
+from gradetrail_lib.history.entries import HistoryEntry, origin_of
 
 TABLE = "gradetrail_history"
 

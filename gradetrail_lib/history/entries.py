@@ -14,8 +14,8 @@ finishing together never interleave half lines. The name starts with a dot, as e
 non-run entry under the root does (a shell's `results/*` lists run directories only).
 
 Where the history is kept is a `HistoryStore`: that file (`FileHistory`, the default), or
-a table in Postgres (`history_postgres.PostgresHistory`) that every machine of a team
-writes and reads, chosen by `history_store.open_history` (`GRADETRAIL_STORE`, else the
+a table in Postgres (`history.postgres.PostgresHistory`) that every machine of a team
+writes and reads, chosen by `history.store.open_history` (`GRADETRAIL_STORE`, else the
 cache's URL: `cache.location.store_location`). A Postgres entry also says where its run directory
 was written (`origin`, `host:/results/root`), so a machine tells a run that is elsewhere
 from one whose directory is gone.
@@ -39,9 +39,7 @@ from gradetrail_lib.errors import (
     on_line,
 )
 from gradetrail_lib.results.appendlog import append_lines, read_locked
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
 from gradetrail_lib.results.runs import MANIFEST_FILE
-from gradetrail_lib.results.totals import Totalled, totals_of
 from gradetrail_lib.results.trace import Manifest, parse_manifest
 
 HISTORY_FILE = ".history.jsonl"
@@ -155,44 +153,11 @@ class FileHistory:
         return read_history(self.results_root)
 
 
-def pass_rate_of(
-    records: Totalled,
-    manifest: Manifest,
-    threshold: float = DEFAULT_THRESHOLD,
-    confidence: float = DEFAULT_CONFIDENCE,
-) -> PassRate:
-    """The primary scorer's pass rate as the run summary prints it (Wilson; resampling
-    cases when a case has several records)."""
-    # Here: the stats package is not needed to read the history.
-    from gradetrail_lib.analysis.stats.clusters import cluster_proportion
-    from gradetrail_lib.analysis.stats.intervals import proportion
-
-    scorer = manifest.primary_scorer
-    figures = manifest.scores.get(scorer)
-    if manifest.repeats == 1 and figures is not None and threshold == DEFAULT_THRESHOLD:
-        # The manifest's counts (passed at the default threshold over every record).
-        estimate = proportion(figures.passed, figures.n, confidence)
-    else:
-        cases = totals_of(records, [scorer]).case_passes(scorer, threshold)
-        estimate = cluster_proportion(cases, confidence)
-    interval = estimate.interval
-    return PassRate(
-        value=estimate.value,
-        low=interval.low if interval else None,
-        high=interval.high if interval else None,
-        n=estimate.n,
-        passed=estimate.successes or 0,
-        cases=estimate.clusters,
-        confidence=confidence,
-        method=interval.method if interval else "wilson",
-        threshold=threshold,
-    )
-
-
 def entry_for(
-    manifest: Manifest, records: Totalled, run_dir: Path, fingerprint: str
+    manifest: Manifest, pass_rate: PassRate, run_dir: Path, fingerprint: str
 ) -> HistoryEntry:
-    """`fingerprint` is `identity.records_fingerprint` of the run's records."""
+    """`pass_rate`: the primary scorer's (`analysis.pass_rate.pass_rate_of`);
+    `fingerprint` is `identity.records_fingerprint` of the run's records."""
     primary = manifest.primary_scorer
     figures = manifest.scores.get(primary)
     return HistoryEntry(
@@ -206,7 +171,7 @@ def entry_for(
         git_sha=manifest.git.sha,
         git_dirty=manifest.git.dirty,
         primary_scorer=primary,
-        pass_rate=pass_rate_of(records, manifest),
+        pass_rate=pass_rate,
         mean_score=figures.mean if figures else None,
         samples=manifest.samples,
         cost_usd=manifest.target.cost_usd,
@@ -222,14 +187,14 @@ def append_entry(results_root: Path, entry: HistoryEntry) -> None:
 def record_run(
     results_root: Path,
     manifest: Manifest,
-    records: Totalled,
+    pass_rate: PassRate,
     run_dir: Path,
     fingerprint: str,
     store: HistoryStore | None = None,
 ) -> HistoryEntry:
     """Adds a completed run (its directory already in place) to the history (`store`,
     by default the file under the root)."""
-    entry = entry_for(manifest, records, run_dir, fingerprint)
+    entry = entry_for(manifest, pass_rate, run_dir, fingerprint)
     (store or FileHistory(results_root)).append(entry)
     return entry
 
