@@ -394,9 +394,7 @@ def test_architecture_lists_the_layers_of_the_contract_in_its_order() -> None:
     assert "Highest first;" in text.split("## The layers", 1)[1]
     config = (REPO / ".importlinter").read_text()
     listed = config.split("layers =", 1)[1].split("\n\n", 1)[0]
-    contract = [
-        {name.strip() for name in line.split("|")} for line in listed.strip().splitlines()
-    ]
+    contract = [{name.strip() for name in line.split("|")} for line in listed.strip().splitlines()]
     documented = [names - {"gradetrail_assets"} for names in _architecture_layers()]
     assert documented == contract
 

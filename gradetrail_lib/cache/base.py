@@ -36,6 +36,12 @@ class Writer(Protocol):
 
 
 class Cache(Protocol):
+    @property
+    def location(self) -> str | None:
+        """Where the answers are kept, as a run's manifest records it (a file's absolute
+        path, a URL without its password); None: nowhere past the run."""
+        ...
+
     def lookup(self, keys: Sequence[str]) -> dict[str, ModelResponse]:
         """The stored answers of `keys`, by key (without the provider's raw body)."""
         ...

@@ -14,6 +14,8 @@ from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 
 
 class MemoryCache:
+    location = None  # nothing is kept past the run
+
     def __init__(self) -> None:
         self._responses: dict[str, ModelResponse] = {}
 

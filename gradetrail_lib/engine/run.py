@@ -204,7 +204,7 @@ def run_model(
     attach_exec_cache(plan, cache, options.exec_cache)
     target_backend, backend = batch_backends(cache, backend, options.batch, options.batch_options)
     # Recorded in the manifest, so that `bundle export` finds the run's answers.
-    recorded = cache.location if isinstance(cache, ResponseCache | PostgresCache) else None
+    recorded = cache.location if cache is not None else None
     cache = cache if cache is not None else MemoryCache()
     prices = options.prices or load_prices()
     totals = RunTotals(plan.scorer_names)
