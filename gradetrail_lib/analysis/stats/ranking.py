@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE
 from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, check_confidence
 from gradetrail_lib.analysis.stats.paired import (
     TEST_LABELS,
@@ -54,7 +55,7 @@ from gradetrail_lib.analysis.stats.paired import (
     paired_samples,
     paired_test,
 )
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_THRESHOLD
+from gradetrail_lib.results.trace import DEFAULT_THRESHOLD
 
 HOLM = "holm"
 # The rank intervals' method, printed with every interval.
