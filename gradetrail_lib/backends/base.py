@@ -1,8 +1,12 @@
-"""The backend interface shared by the asyncio and Ray backends."""
+"""The backend interface: requests in, answers out. The asyncio and Ray backends send each
+request as it comes; the batch sender (`batch`) holds the ones a provider batch API takes
+and sends them as batch jobs. What a run asks of a backend beyond sending (requests to
+expect, steps that cannot wait for a batch, an interrupt) is part of the interface, so
+the engine never asks which backend it has."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, Self
 
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
 
@@ -35,3 +39,34 @@ class Backend(Protocol):
     def describe(self) -> dict[str, object]:
         """What the manifest records about how the requests were sent."""
         ...
+
+    def expect(self, parts: Iterable[Sequence[ModelRequest]]) -> None:
+        """The requests later `run` calls will be given, a run's part at a time (made as
+        they are iterated): a backend that sends by batch submits them now, so that every
+        part runs at the provider at once; one that sends each request as it comes does
+        not iterate them."""
+        ...
+
+    def stepwise(self, model: tuple[str, str], reason: str) -> "Backend":
+        """The backend for requests that each wait for the last one's answer (an agent's
+        steps): never held for a batch. Where that changes how `model`'s requests go,
+        `reason` is said once."""
+        ...
+
+    def interrupted(self) -> None:
+        """The run stops (Ctrl-C): say what keeps running elsewhere, and how to resume."""
+        ...
+
+
+class SendsAsItComes:
+    """What a backend that sends each request as it comes (every one but the batch
+    sender) does beyond sending: nothing."""
+
+    def expect(self, parts: Iterable[Sequence[ModelRequest]]) -> None:
+        return None
+
+    def stepwise(self, model: tuple[str, str], reason: str) -> Self:
+        return self
+
+    def interrupted(self) -> None:
+        return None

@@ -24,7 +24,7 @@ same command again resumes them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -173,22 +173,25 @@ class BatchSender:
         # How requests were sent is not what the run is: the identity never reads this.
         return {**self.inner.describe(), "batch": True}
 
-    def ordinary(self, model: tuple[str, str], reason: str) -> Backend:
+    def stepwise(self, model: tuple[str, str], reason: str) -> Backend:
         """The wrapped backend, for requests that cannot go by batch, saying why once."""
         self._say_once(model, f"model {model[0]}/{model[1]}: {reason}")
         return self.inner
 
-    def submit_ahead(self, requests: Sequence[ModelRequest]) -> None:
-        """Claims and submits the batch-capable requests now, without waiting: a run whose
-        samples come in several parts submits every part's misses first, so that they all
-        run at the provider at once and `run` finds (adopts) them. A submission refused
-        here is abandoned and tried again, its error reported, by `run`."""
-        by_batch, _rest = self._route(requests)
-        if not by_batch:
-            return
-        with ExitStack() as stack:
-            self._stack, self._connections = stack, {}
-            self._submit(by_batch, lambda _request, _outcome: None, {r.key for r in by_batch})
+    def expect(self, parts: Iterable[Sequence[ModelRequest]]) -> None:
+        """Claims and submits the batch-capable requests of every part now, without
+        waiting: a run whose samples come in several parts submits every part's misses
+        first, so that they all run at the provider at once and `run` finds (adopts)
+        them. A submission refused here is abandoned and tried again, its error
+        reported, by `run`."""
+        for requests in parts:
+            by_batch, _rest = self._route(requests)
+            if not by_batch:
+                continue
+            with ExitStack() as stack:
+                self._stack, self._connections = stack, {}
+                unanswered = {r.key for r in by_batch}
+                self._submit(by_batch, lambda _request, _outcome: None, unanswered)
 
     def run(self, requests: Sequence[ModelRequest], on_result: ResultCallback) -> None:
         by_batch, rest = self._route(requests)

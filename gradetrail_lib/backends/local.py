@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, nullcontext
 from importlib import import_module
 
 from gradetrail_lib.backends.adaptive import DEFAULT_INITIAL, AIMDLimiter
-from gradetrail_lib.backends.base import ResultCallback
+from gradetrail_lib.backends.base import ResultCallback, SendsAsItComes
 from gradetrail_lib.errors import RunAborted
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ProviderError
 from gradetrail_lib.providers.policy import AbortTracker, RetryPolicy
@@ -21,7 +21,7 @@ def endpoint_label(endpoint: Endpoint) -> str:
     return f"{endpoint.provider}/{endpoint.model} at {endpoint.base_url}"
 
 
-class LocalBackend:
+class LocalBackend(SendsAsItComes):
     name = "local"
 
     def __init__(

@@ -5,11 +5,11 @@ step had for it, or "no response"."""
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
-from gradetrail_lib.backends.base import ResultCallback
+from gradetrail_lib.backends.base import ResultCallback, SendsAsItComes
 from gradetrail_lib.providers.base import ModelRequest, ProviderError
 
 
-class NotSent:
+class NotSent(SendsAsItComes):
     """Sends nothing: each request gets its known error, or "no response"."""
 
     name = "none"

@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from gradetrail_lib._version import __version__
-from gradetrail_lib.backends.base import ResultCallback
+from gradetrail_lib.backends.base import ResultCallback, SendsAsItComes
 from gradetrail_lib.backends.clients import Outcome, RequestSender
 from gradetrail_lib.errors import GradetrailError, RunAborted
 from gradetrail_lib.providers.base import ModelRequest, ProviderError
@@ -281,7 +281,7 @@ def connect(address: str) -> ModuleType:
     return ray
 
 
-class RayBackend:
+class RayBackend(SendsAsItComes):
     """`workers` async actors with `concurrency` requests each: W x C in flight."""
 
     name = "ray"

@@ -12,7 +12,6 @@ from typing import Protocol
 from gradetrail_lib.agents.loop import AgentSetup, Trajectory, run_agents
 from gradetrail_lib.agents.loop import Outcome as StepOutcome
 from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.backends.batch import BatchSender
 from gradetrail_lib.backends.live_endpoints import live_requests
 from gradetrail_lib.cache.base import Cache, Writer
 from gradetrail_lib.engine.plan import Batch
@@ -110,12 +109,11 @@ def fetch_responses(
     if limit is not None:  # e.g. a local llama.cpp server, which answers one at a time
         backend = backend.limited(limit)
     if plan.toolbox is not None:
-        if isinstance(backend, BatchSender):
-            backend = backend.ordinary(
-                (plan.model.provider, plan.model.name),
-                "the spec has tools: its steps are sent the ordinary way, not by batch "
-                "(each step depends on the answer to the last)",
-            )
+        backend = backend.stepwise(
+            (plan.model.provider, plan.model.name),
+            "the spec has tools: its steps are sent the ordinary way, not by batch "
+            "(each step depends on the answer to the last)",
+        )
         return _agent_responses(
             plan, cache, backend, started=started, looked_up=looked_up, progress=progress,
             listener=listener,

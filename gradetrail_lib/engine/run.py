@@ -16,7 +16,6 @@ from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.batch import (
     BatchMode,
     BatchOptions,
-    BatchSender,
     batching,
 )
 from gradetrail_lib.cache.base import Cache
@@ -34,6 +33,7 @@ from gradetrail_lib.engine.rules import batch_needs_the_cache
 from gradetrail_lib.engine.rundir import RunDirWriter, build_manifest
 from gradetrail_lib.errors import GradetrailError
 from gradetrail_lib.history.entries import HistoryEntry, HistoryStore, record_run
+from gradetrail_lib.providers.base import ModelRequest
 from gradetrail_lib.providers.pricing import PriceList, load_prices
 from gradetrail_lib.results.keyset import AnyOf
 from gradetrail_lib.results.runs import RESULTS_FILE
@@ -82,8 +82,10 @@ def response_batches(
     prepared = False
     done = 0
     timings.setdefault("plan", 0.0)
-    if isinstance(backend, BatchSender) and plan.toolbox is None:
-        _submit_ahead(plan, cache, backend, batch_samples, timings)
+    if plan.toolbox is None:  # an agent's steps are known one answer at a time
+        started = time.perf_counter()
+        backend.expect(_misses_by_part(plan, cache, batch_samples))
+        timings["responses"] = timings.get("responses", 0.0) + time.perf_counter() - started
     batches = plan.batches(batch_samples)
     while True:
         started = time.perf_counter()  # rendering and keying the batch's requests
@@ -113,20 +115,15 @@ def response_batches(
         yield batch, responses, scoring
 
 
-def _submit_ahead(
-    plan: RunPlan,
-    cache: Cache,
-    sender: BatchSender,
-    batch_samples: int | None,
-    timings: dict[str, float],
-) -> None:
-    """By batch, every part's cache misses are submitted before the first part waits:
-    otherwise each part of a large run would wait a provider's turnaround in turn."""
-    started = time.perf_counter()
+def _misses_by_part(
+    plan: RunPlan, cache: Cache, batch_samples: int | None
+) -> Iterator[list[ModelRequest]]:
+    """Each part's cache misses, made as they are asked for: a sender by batch submits
+    them all before the first part waits (otherwise each part of a large run would wait
+    a provider's turnaround in turn); a backend that sends as requests come asks none."""
     for batch in plan.batches(batch_samples):
         found = cache.cached_keys(batch.request_keys())
-        sender.submit_ahead([r for k, r in batch.unique_requests.items() if k not in found])
-    timings["responses"] = timings.get("responses", 0.0) + time.perf_counter() - started
+        yield [r for k, r in batch.unique_requests.items() if k not in found]
 
 
 @dataclass(frozen=True)
@@ -280,7 +277,6 @@ def _write(
 
 
 def interrupted(*backends: Backend) -> None:
-    """A Ctrl-C: a sender by batch says which of its batches keep running."""
+    """A Ctrl-C: each backend says what keeps running (a sender by batch, its batches)."""
     for backend in dict.fromkeys(backends):
-        if isinstance(backend, BatchSender):
-            backend.interrupted()
+        backend.interrupted()
