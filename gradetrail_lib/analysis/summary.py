@@ -88,8 +88,8 @@ class RunSummary:
 def scorer_figures(
     totals: RunTotals, name: str, kind: str, threshold: float = DEFAULT_THRESHOLD
 ) -> ScorerFigures:
-    scores = totals.scores(name)
     pass_at, pass_hat = pass_at_k_points(totals, name, threshold)
+    scores = totals.scores(name)
     return ScorerFigures(
         type=kind,
         n=totals.samples,

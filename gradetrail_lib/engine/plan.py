@@ -13,12 +13,14 @@ from itertools import islice
 
 from gradetrail_lib.agents.tools import Toolbox
 from gradetrail_lib.analysis.retrieval import check_sample as check_retrieval_fields
+from gradetrail_lib.analysis.retrieval import retrieval_of
 from gradetrail_lib.datasets.dataset import Dataset, Sample
 from gradetrail_lib.datasets.registry import load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.providers.base import ModelRequest
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.providers.request import RequestBuilder
+from gradetrail_lib.results.trace import Retrieval
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec.prompts import PromptRenderer
 from gradetrail_lib.spec.spec import LoadedSpec
@@ -36,11 +38,13 @@ def batch_samples(repeats: int, items: int = BATCH_ITEMS) -> int:
 
 @dataclass
 class PlannedSample:
-    """One item of a batch: a sample, its request (rendered and keyed) and its repeat."""
+    """One item of a batch: a sample, its request (rendered and keyed), its repeat, and
+    what the sample says about retrieval (the record's, read from its fields once)."""
 
     sample: Sample
     request: ModelRequest
     repeat: int = 0
+    retrieval: Retrieval | None = None
 
 
 @dataclass(frozen=True)
@@ -154,9 +158,14 @@ class RunPlan:
         items: list[PlannedSample] = []
         for sample in samples:
             messages = self.renderer.messages(sample, label)
+            retrieval = retrieval_of(sample.fields)
             for repeat in range(self.repeats):
                 request = self.builder.build(messages, sample, label, repeat)
-                items.append(PlannedSample(sample=sample, request=request, repeat=repeat))
+                items.append(
+                    PlannedSample(
+                        sample=sample, request=request, repeat=repeat, retrieval=retrieval
+                    )
+                )
         return Batch(
             self.loaded, self.dataset, self.model, items, self.scorers, self.builder, self.toolbox
         )

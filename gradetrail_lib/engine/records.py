@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Container, Iterator
 from typing import Any
 
 from gradetrail_lib.agents.loop import Trajectory
-from gradetrail_lib.analysis.retrieval import retrieval_of
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.engine.plan import Batch, PlannedSample
@@ -299,7 +298,7 @@ class RecordBuilder:
             outcome="scored" if failed is None else "provider_error",
             failure_mode=None if failed is None else "provider_error",
             trajectory=trajectory.steps if trajectory is not None else [],
-            retrieval=retrieval_of(item.sample.fields),
+            retrieval=item.retrieval,
         )
 
     def _score(

@@ -203,13 +203,13 @@ def run_model(
     # Recorded in the manifest, so that `bundle export` finds the run's answers.
     recorded = cache.location if cache is not None else None
     cache = cache if cache is not None else MemoryCache()
+    spans = start_run(plan.loaded.spec.name, plan.model, started_at)
     prices = options.prices or load_prices()
     totals = RunTotals(plan.scorer_names)
     timings = dict(options.phase_seconds)
     for phase in ("plan", "cache_lookup", "responses", "scoring"):
         timings.setdefault(phase, 0.0)
     execution: dict[str, object] = {}
-    spans = start_run(plan.loaded.spec.name, plan.model, started_at)
     size = options.batch_samples or default_batch_samples(plan.repeats)
 
     def records_for(batch: Batch) -> RecordBuilder:

@@ -23,7 +23,6 @@ from gradetrail_lib._version import __version__
 from gradetrail_lib.analysis.summary import RunSummary
 from gradetrail_lib.engine.plan import RunPlan
 from gradetrail_lib.providers.pricing import PriceList
-from gradetrail_lib.providers.request import key_base_url
 from gradetrail_lib.results.runs import MANIFEST_FILE, RESULTS_FILE, run_dir_name
 from gradetrail_lib.results.trace import (
     SCHEMA_VERSION,
@@ -125,7 +124,7 @@ def build_manifest(
         model=ModelInfo(
             requested=plan.model.name,
             provider=plan.model.provider,
-            base_url=key_base_url(plan.model),
+            base_url=plan.builder.key_base_url,
             served=sorted(served),
         ),
         git=GitInfo(**git),

@@ -170,6 +170,8 @@ class RequestBuilder:
         self.tool_choice = tool_choice if tools is not None else None
         self.endpoint = endpoint_for(model)
         self.settings = endpoint_settings(model) or None
+        # The base URL the requests are keyed by (the manifest records it too).
+        self.key_base_url = key_base_url(model)
         self._keyers: dict[int, Callable[[list[Message]], str]] = {}
 
     def _key_of(self, repeat: int) -> Callable[[list[Message]], str]:
@@ -177,7 +179,7 @@ class RequestBuilder:
         if keyer is None:
             model = self.model
             keyer = self._keyers[repeat] = request_keyer(
-                model.provider, model.name, key_base_url(model), self.params,
+                model.provider, model.name, self.key_base_url, self.params,
                 tools=self.tools, tool_choice=self.tool_choice, repeat=repeat,
                 settings=self.settings,
             )  # fmt: skip
