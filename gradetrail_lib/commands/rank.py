@@ -11,12 +11,12 @@ from typing import Any
 
 from gradetrail_lib.analysis.pairwise import rank_runs
 from gradetrail_lib.analysis.stats.clusters import cluster_proportion, group_by
+from gradetrail_lib.analysis.stats.defaults import ProportionMethod
 from gradetrail_lib.analysis.stats.intervals import Estimate
 from gradetrail_lib.analysis.stats.ranking import HOLM, RANK_INTERVAL, Ranking
 from gradetrail_lib.analysis.stats.run_stats import percent
 from gradetrail_lib.commands.options import add_stats_options
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.results.defaults import ProportionMethod
 from gradetrail_lib.results.runs import Run, distinct_labels, load_run
 
 EXIT_OK = 0

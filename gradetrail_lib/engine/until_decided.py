@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from gradetrail_lib.analysis.history import HistoryStore
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.analysis.stats.sequential import (
     METHOD,
     SequentialDecision,
@@ -41,7 +41,7 @@ from gradetrail_lib.datasets.dataset import Sample, in_memory
 from gradetrail_lib.engine.plan import RunPlan
 from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
+from gradetrail_lib.history.entries import HistoryStore
 from gradetrail_lib.results.keyset import AnyOf
 from gradetrail_lib.results.runs import MANIFEST_FILE
 from gradetrail_lib.results.trace import TraceRecord

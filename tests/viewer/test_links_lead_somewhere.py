@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from gradetrail_lib import run_spec
-from gradetrail_lib.analysis.history import FileHistory
 from gradetrail_lib.analysis.stats.intervals import proportion
+from gradetrail_lib.history.entries import FileHistory
 from gradetrail_lib.results.runs import load_run
 from gradetrail_lib.viewer.links import diff_href, label_href, sample_href
 from tests.support.viewer_runs import ViewerRuns, make_runs

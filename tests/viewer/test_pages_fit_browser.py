@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gradetrail_lib.labels import append_labels, label_for
+from gradetrail_lib.labels.store import append_labels, label_for
 from gradetrail_lib.report.html import write_report
 from gradetrail_lib.viewer.links import diff_href, run_href, sample_href
 from tests.support.viewer_runs import ViewerRuns, make_runs

@@ -50,8 +50,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.analysis.stats.intervals import check_confidence
-from gradetrail_lib.results.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
 
 METHOD = "betting-cs-wsr-2024"
 METHOD_TEXT = (
