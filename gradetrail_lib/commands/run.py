@@ -267,9 +267,7 @@ def parse_duration(text: str) -> float:
 def _models_flag(args: argparse.Namespace) -> list[str]:
     """The `--models` entries, each `provider/name` (checked before any spec loads; what
     else a model needs, e.g. openai_compatible's base URL, when its spec is planned: the
-    spec may list it)."""
-    if args.base_url is not None and not args.models:
-        raise UsageError("--base-url is the endpoint of --models models; give --models")
+    spec may list it). `--base-url` without them is the engine's rule to refuse."""
     wanted = [m.strip() for m in (args.models or "").split(",") if m.strip()]
     if args.models is not None and not wanted:
         raise UsageError("--models: give provider/name[,provider/name...]")

@@ -13,7 +13,7 @@ class OptionNames:
 
     batch: str = "batch"
     no_cache: str = "read_cache=False"
-    models: str = "models"
+    models: str = "models=[...]"
     base_url: str = "base_url"
     max_cost: str = "max_cost"
 
@@ -31,6 +31,9 @@ def batch_needs_the_cache(names: OptionNames = PYTHON_NAMES) -> UsageError:
 
 
 def base_url_needs_models(names: OptionNames = PYTHON_NAMES) -> UsageError:
+    """A base URL with no model to give it to: it is the endpoint of the `provider/name`
+    models named, which the spec need not list."""
     return UsageError(
-        f"{names.base_url} is the endpoint of {names.models} models; give {names.models}"
+        f"{names.base_url} is the endpoint of the models given by {names.models}; "
+        f"give {names.models}"
     )

@@ -164,3 +164,17 @@ def test_max_cost_refuses_before_any_call(
     code, _, err = cli(tmp_path, capsys, str(spec), "--max-cost", "0.0000001")
     assert code == 2 and "error: --max-cost $" in err and "over the limit" in err
     assert fake_server.calls == 0 and not (tmp_path / "results").exists()
+
+
+def test_a_base_url_without_models_is_refused_in_each_surface_s_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gradetrail_lib import run_spec
+
+    spec = write_scripted_spec(tmp_path / "s.yaml", "s")
+    code, _, err = cli(tmp_path, capsys, str(spec), "--base-url", "http://127.0.0.1:9")
+    assert code == 2
+    assert "--base-url is the endpoint of the models given by --models; give --models" in err
+    with pytest.raises(UsageError, match=r"base_url is the endpoint .* give models=\[\.\.\.\]"):
+        run_spec(spec, results_root=tmp_path / "results", base_url="http://127.0.0.1:9")
+    assert not (tmp_path / "results").exists()
