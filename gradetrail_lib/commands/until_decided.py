@@ -7,12 +7,12 @@ anytime-valid confidence sequence on their mean difference decides, the cases or
 import argparse
 import sys
 
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.commands.options import positive_int
 from gradetrail_lib.engine.api import plan_spec
 from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK, run_until_decided
 from gradetrail_lib.errors import UsageError
-from gradetrail_lib.results.defaults import DEFAULT_GATE_THRESHOLD
 
 EXIT_OK = 0
 
