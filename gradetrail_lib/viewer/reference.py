@@ -2,11 +2,12 @@
 run's own dataset file, read through the datasets package's loader (the one that reads
 it for a run), and only when the file's content hash is still the manifest's.
 
-The manifest records which dataset file a run read (relative to the spec's folder) and
-its hash, but not which fields its scorers compare against (that is in the spec's
-scorer configs and templates, which may have changed since, and the viewer does not
-re-read the spec). So the reference shown is every field of the sample but its id; the
-page says so.
+The manifest records which dataset file a run read (relative to the spec's folder, or a
+package's data file) and its hash, but not which fields its scorers compare against
+(that is in the spec's scorer configs and templates, which may have changed since). So
+the reference shown is every field of the sample but its id; the page says so. Nor does
+it record the field holding the ids (`id_field`): that one is read from the spec while
+the spec's hash is still the manifest's (`id_field`).
 
 The samples are held as a dict of id -> fields per dataset file, kept for the last few
 files and re-read only when a file's signature (device, inode, mtime, size) changes.
