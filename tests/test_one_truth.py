@@ -124,6 +124,16 @@ def test_one_run_reads_the_same_everywhere(tmp_path: Path, local_on_fake: FakeLL
     assert f"Cost: {LOCAL_COST}\n" in text
     assert "$0.000000" not in text.split("Judge:")[0]  # the target's figures
 
+    # -- `plan` (text and --json) before a run: no price either; and `--max-cost` still
+    # runs a local model (its price list's $0 is what the budget reads).
+    planned = cli_out("plan", str(specs / "truth.yaml"), *cache[:2])
+    assert f"Target (local/{MODEL}):" in planned and f"Cost: {LOCAL_COST}" in planned
+    planned_json = json.loads(cli_out("plan", str(specs / "truth.yaml"), *cache[:2], "--json"))
+    (model_plan,) = planned_json["models"]
+    assert model_plan["target"]["local"] is True and model_plan["target"]["cost_high"] is None
+    assert "Cost: " in cli_out("run", str(specs / "truth.yaml"), *cache, "--max-cost", "0.01")
+    assert local_on_fake.calls == SAMPLES  # the re-run was answered by the cache
+
     # -- the manifest: the summary's JSON
     (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())

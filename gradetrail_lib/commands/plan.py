@@ -25,7 +25,7 @@ from gradetrail_lib.engine.estimate import ModelPlan, estimate_run, format_plan,
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK
 from gradetrail_lib.history.store import open_history
-from gradetrail_lib.providers.pricing import format_usd, load_prices
+from gradetrail_lib.providers.pricing import LOCAL_COST, format_usd, load_prices
 from gradetrail_lib.settings import DEFAULTS, cli_settings
 from gradetrail_lib.spec.spec import load_spec
 
@@ -94,6 +94,8 @@ def plan_command(args: argparse.Namespace) -> int:
     estimates: list[ModelPlan] = [estimate_run(p, cache, prices) for p in plans]
     worst = total_worst_case(estimates)
     batch_worst = total_worst_case(estimates, batch=True)
+    if all(e.local for e in estimates):  # local models only: no price, no total
+        worst = batch_worst = None
     if args.json:
         body = {
             "pricing_version": prices.version,
@@ -105,7 +107,9 @@ def plan_command(args: argparse.Namespace) -> int:
         return EXIT_OK
     for e in estimates:
         print(format_plan(e), file=sys.stdout)
-    if len(estimates) > 1:
+    if len(estimates) > 1 and all(e.local for e in estimates):
+        print(f"Worst case, every model: {LOCAL_COST}")
+    elif len(estimates) > 1:
         print(f"Worst case, every model: {format_usd(worst)}; by batch: {format_usd(batch_worst)}")
     return EXIT_OK
 

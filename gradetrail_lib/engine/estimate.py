@@ -34,7 +34,7 @@ from gradetrail_lib.engine.responses import look_up
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
-from gradetrail_lib.providers.pricing import PriceList, format_usd, sum_costs
+from gradetrail_lib.providers.pricing import LOCAL_COST, PriceList, format_usd, sum_costs
 from gradetrail_lib.results.trace import SCHEMA_VERSION, TraceRecord
 from gradetrail_lib.scorers import ScoreInput
 
@@ -58,6 +58,11 @@ def estimate_tokens(request: ModelRequest) -> int:
 def _max_tokens(request: ModelRequest) -> int:
     value = request.params.get("max_tokens")
     return int(value) if isinstance(value, int) else 0
+
+
+# A local model's cost figures in JSON: null (no price), as every surface gives them.
+_COSTS = ("cost_low", "cost_high", "batch_cost_low", "batch_cost_high")
+_TOTALS = ("cost_low_usd", "worst_case_usd", "batch_cost_low_usd", "batch_worst_case_usd")
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,17 @@ class CallPlan:
         """The notes, and how many calls judge responses still to come."""
         return self.notes + ([_pending_note(self.pending)] if self.pending else [])
 
+    @property
+    def local(self) -> bool:
+        """A local model's calls: no price (shown so, null in JSON; its $0 in the price
+        list only keeps `--max-cost` from refusing it)."""
+        return registry.runs_locally(self.provider)
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "notes": self.all_notes}
+        data = {**asdict(self), "notes": self.all_notes, "local": self.local}
+        if self.local:
+            data |= dict.fromkeys(_COSTS)
+        return data
 
     def high(self, batch: bool) -> float | None:
         """The worst case, sent synchronously or by batch."""
@@ -162,7 +176,21 @@ class ModelPlan:
     def roles(self) -> list[CallPlan]:
         return [self.target, *self.scorers]
 
+    @property
+    def local(self) -> bool:
+        """Every role is a local model's: no price to total."""
+        return all(c.local for c in self.roles)
+
     def to_json(self) -> dict[str, Any]:
+        if self.local:
+            totals: dict[str, float | None] = dict.fromkeys(_TOTALS)
+        else:
+            totals = {
+                "cost_low_usd": self.cost_low,
+                "worst_case_usd": self.worst_case,
+                "batch_cost_low_usd": self.low(batch=True),
+                "batch_worst_case_usd": self.worst(batch=True),
+            }
         return {
             "spec": self.spec,
             "model": self.model,
@@ -170,10 +198,7 @@ class ModelPlan:
             "samples": self.samples,
             "target": self.target.to_json(),
             "scorers": [c.to_json() for c in self.scorers],
-            "cost_low_usd": self.cost_low,
-            "worst_case_usd": self.worst_case,
-            "batch_cost_low_usd": self.low(batch=True),
-            "batch_worst_case_usd": self.worst(batch=True),
+            **totals,
         }
 
 
@@ -439,15 +464,21 @@ def format_plan(plan: ModelPlan) -> str:
         lines.append(
             f"    Output tokens, worst case: {c.output_tokens_worst} (max_tokens × misses)"
         )
-        lines.append(
-            f"    Cost: {_range(c.cost_low, c.cost_high)}; "
-            f"by batch: {_range(c.batch_cost_low, c.batch_cost_high)}"
-        )
+        if c.local:
+            lines.append(f"    Cost: {LOCAL_COST}")
+        else:
+            lines.append(
+                f"    Cost: {_range(c.cost_low, c.cost_high)}; "
+                f"by batch: {_range(c.batch_cost_low, c.batch_cost_high)}"
+            )
         lines += [f"    Note: {n}" for n in c.all_notes]
-    lines.append(
-        f"  Total cost: {_range(plan.cost_low, plan.worst_case)}; "
-        f"by batch: {_range(plan.low(batch=True), plan.worst(batch=True))}"
-    )
+    if plan.local:
+        lines.append(f"  Total cost: {LOCAL_COST}")
+    else:
+        lines.append(
+            f"  Total cost: {_range(plan.cost_low, plan.worst_case)}; "
+            f"by batch: {_range(plan.low(batch=True), plan.worst(batch=True))}"
+        )
     return "\n".join(lines)
 
 
