@@ -1,6 +1,6 @@
-"""One run reads the same on every surface: `run`'s summary, the manifest (the summary's
-JSON), `compare` and `cost` (text and --json), the HTML report, the viewer's pages, and
-the Dagster assets' metadata and checks.
+"""One run reads the same on every surface: `run`'s summary (text and --json), the
+manifest (the summary, stored), `plan`, `compare` and `cost` (text and --json), the HTML
+report, the viewer's pages, and the Dagster assets' metadata and checks.
 
 The run has what used to read differently from one surface to the next: a judge output
 with no grade (cut off, as at max_tokens), so a sample the judge scorer leaves unscored
@@ -131,8 +131,22 @@ def test_one_run_reads_the_same_everywhere(tmp_path: Path, local_on_fake: FakeLL
     planned_json = json.loads(cli_out("plan", str(specs / "truth.yaml"), *cache[:2], "--json"))
     (model_plan,) = planned_json["models"]
     assert model_plan["target"]["local"] is True and model_plan["target"]["cost_high"] is None
-    assert "Cost: " in cli_out("run", str(specs / "truth.yaml"), *cache, "--max-cost", "0.01")
+    # -- `gradetrail run --json` (again: every answer from the cache), under a budget
+    rerun = json.loads(
+        cli_out("run", str(specs / "truth.yaml"), *cache, "--json", "--max-cost", "0.01")
+    )
     assert local_on_fake.calls == SAMPLES  # the re-run was answered by the cache
+    assert rerun["exit_status"] == 0
+    (summary,) = [r["summary"] for r in rerun["runs"]]
+    assert summary["outcomes"]["judge_error"] == 0 and summary["outcomes_by"] == "num"
+    assert summary["judge_errors"] == {"judged": JUDGE_ERRORS}
+    assert summary["scorers"]["judged"]["mean"] == pytest.approx(JUDGED_MEAN)
+    assert summary["scorers"]["judged"]["scored"] == JUDGED_SCORED
+    assert summary["target"]["local"] is True and summary["target"]["cost_usd"] is None
+    with contextlib.redirect_stderr(io.StringIO()) as refused:
+        code = cli.main(["run", str(specs / "truth.yaml"), "--json", "--until-decided",
+                         "--model", MODEL, "--against", MODEL])  # fmt: skip
+    assert code == 2 and "--json is not for --until-decided" in refused.getvalue()
 
     # -- the manifest: the summary's JSON
     (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
@@ -144,6 +158,8 @@ def test_one_run_reads_the_same_everywhere(tmp_path: Path, local_on_fake: FakeLL
     assert figures["mean"] == pytest.approx(JUDGED_MEAN)
     assert manifest["target"]["local"] is True
     assert manifest["target"]["cost_usd"] is None and manifest["target"]["cost_paid_usd"] is None
+    # `run --json` printed the figures the manifest holds (the summary, stored).
+    assert summary["scorers"] == manifest["scores"] and summary["outcomes"] == manifest["outcomes"]
 
     # -- `compare` (text and --json): the mean over scored samples, its n stated
     twin = tmp_path / "twin"

@@ -17,6 +17,7 @@ stores it, and `compare`, `cost`, the report, the viewer and the Dagster assets 
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gradetrail_lib.analysis.stats.repeats import (
     case_outcomes,
@@ -71,6 +72,20 @@ class RunSummary:
     def judge_error_count(self) -> int:
         """Judge errors over every judge scorer (a sample two judges failed counts twice)."""
         return sum(self.judge_errors.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as `run --json` prints it: the manifest's figures (a local model's
+        costs null, `local` true), with the judge errors per judge scorer beside them."""
+        return {
+            "samples": self.samples,
+            "outcomes": self.outcomes,
+            "outcomes_by": self.primary,
+            "failure_modes": self.failure_modes,
+            "scorers": {name: f.model_dump(mode="json") for name, f in self.scorers.items()},
+            "judge_errors": self.judge_errors,
+            "target": self.target.model_dump(mode="json"),
+            "judge": self.judge.model_dump(mode="json"),
+        }
 
     @classmethod
     def of(cls, manifest: Manifest) -> "RunSummary":

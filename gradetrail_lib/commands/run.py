@@ -8,9 +8,11 @@ the specs' (0 when a spec scored a sample, 1 when it scored none or aborted).
 """
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gradetrail_lib.analysis.calibration import summary_lines
 from gradetrail_lib.analysis.summary import format_summary
@@ -133,6 +135,12 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
         help="refuse to start (exit 2) when the worst-case cost exceeds this (see `plan`); "
         "with --until-decided, the budget: stop before a chunk would pass it",
     )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print each model's summary as JSON (one document once every run is done: "
+        "the figures every other surface reads) instead of text",
+    )
     until_decided.add_options(run)
     run.set_defaults(handler=run_command)
 
@@ -160,6 +168,8 @@ FLAGS = OptionNames(
 
 def run_command(args: argparse.Namespace) -> int:
     until_decided.check(args)
+    if args.until_decided and args.json:
+        raise UsageError("--json is not for --until-decided (its decision is in the manifests)")
     if args.until_decided:
         return until_decided.until_decided_command(args)
     # Python's start-up, the imports and the argument parsing, before any of this.
@@ -191,14 +201,17 @@ def run_command(args: argparse.Namespace) -> int:
         startup_s=startup_s,
         names=FLAGS,
     )
-    specs = run_request(request, Printed(folder))
+    hooks = Collected(folder) if args.json else Printed(folder)
+    specs = run_request(request, hooks)
     # A spec's status: 0 when any of its models scored a sample, else (or aborted) 1.
     exits = [
         EXIT_OK if not s.aborted and any(r.summary.any_scored for r in s.runs) else EXIT_FAILED
         for s in specs
     ]
     worst = max(exits)
-    if folder:
+    if isinstance(hooks, Collected):
+        print(json.dumps({"runs": hooks.runs, "exit_status": worst}, indent=2))
+    elif folder:
         each = ", ".join(
             f"{s.planned.loaded.spec.name} {code}" for s, code in zip(specs, exits, strict=True)
         )
@@ -237,6 +250,34 @@ class Printed(RunHooks):
         if not self.folder:
             raise error
         print(f"error: {planned.loaded.spec.name}: {error}", file=sys.stderr)
+
+
+class Collected(Printed):
+    """`--json`: each model's summary kept for one JSON document at the end, and nothing
+    else on stdout (a spec that aborts is still told on stderr)."""
+
+    def __init__(self, folder: bool) -> None:
+        super().__init__(folder)
+        self.runs: list[dict[str, Any]] = []
+
+    def skipped(self, path: Path, model: str) -> None:
+        pass
+
+    def spec_starts(self, planned: PlannedSpec) -> None:
+        pass
+
+    def model_done(self, done: CompletedRun) -> None:
+        manifest = done.manifest
+        self.runs.append(
+            {
+                "spec": manifest.spec.name,
+                "model": manifest.model.requested,
+                "identity": manifest.identity,
+                "run_dir": str(done.run_dir),
+                "summary": done.summary.to_json(),
+                "warnings": list(manifest.warnings),
+            }
+        )
 
 
 def cache_where(args: argparse.Namespace) -> str:
