@@ -29,7 +29,8 @@ TOUR = README[README.index("## A five-minute tour") : README.index("## A spec")]
 GRADETRAIL = ".venv/bin/gradetrail"
 RUN_TIMEOUT = 600
 
-pytestmark = needs_local_model
+# The local model answers about 90 requests in all: minutes on a loaded machine.
+pytestmark = [needs_local_model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def in_tour(*texts: str) -> None:

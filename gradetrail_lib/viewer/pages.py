@@ -297,7 +297,7 @@ class Pages:
             scorers=scorers,
             scorer=scorer,
             plots=_plots(shown, _history(self.history), scorer, self._rate),
-            names=[e.name for e in sorted(good, key=lambda e: e.name)],
+            groups=_pairing_groups(good),
         )
 
     def _rate(self, entry: RunEntry, scorer: str) -> Estimate | None:
@@ -592,16 +592,32 @@ class Pages:
         return found
 
 
+def _pairing_key(m: Manifest) -> tuple[str, int, int]:
+    return (m.dataset.hash, m.samples, m.repeats)
+
+
+def _pairing_groups(entries: Sequence[RunEntry]) -> list[tuple[str, list[str]]]:
+    """The runs page's diff form: the runs by what pairing needs of them (dataset,
+    samples, repeats; `pairs`), each group labelled, so two runs of one group are what
+    to pick (two of different groups answer 409)."""
+    groups: dict[tuple[str, int, int], list[RunEntry]] = {}
+    for e in sorted(entries, key=lambda e: e.name):
+        if e.run is not None:
+            groups.setdefault(_pairing_key(e.run.manifest), []).append(e)
+    out = []
+    for (dataset, samples, repeats), members in groups.items():
+        specs = ", ".join(sorted({e.spec for e in members}))
+        times = f" × {repeats} repeats" if repeats > 1 else ""
+        label = f"{specs}: {samples} samples{times}, dataset {dataset[:8]}"
+        out.append((label, [e.name for e in members]))
+    return sorted(out, key=lambda group: len(group[1]) < 2)  # groups that pair first
+
+
 def pairs(a: Manifest, b: Manifest) -> bool:
     """Whether the diff of two runs can pair their samples (else it answers 409): the same
     dataset (so the same sample ids), the same number of repeats, and a scorer in common.
     A scorer whose hash differs still pairs: the diff shows what `compare --force` gives."""
-    return (
-        a.dataset.hash == b.dataset.hash
-        and a.samples == b.samples
-        and a.repeats == b.repeats
-        and not set(a.scorer_names).isdisjoint(b.scorer_names)
-    )
+    return _pairing_key(a) == _pairing_key(b) and not set(a.scorer_names).isdisjoint(b.scorer_names)
 
 
 def _pair(

@@ -210,3 +210,30 @@ def test_the_plots_show_the_scorer_asked_for(runs: ViewerRuns, url: str) -> None
     assert get(url, "/?scorer=nope").status_code == 400
     # The default plots each spec's primary scorer.
     assert "qa: exact pass rate per model" in unescape(get(url, "/").text)
+
+
+def test_the_runs_pages_diff_form_groups_the_runs_that_pair(runs: ViewerRuns, url: str) -> None:
+    page = unescape(get(url, "/").text)
+    form = re.search(r'<form class="diff-form".*?</form>', page, re.S)
+    assert form is not None
+    side_a = re.search(r'<select name="a">(.*?)</select>', form.group(0), re.S)
+    assert side_a is not None
+    groups = {
+        label: re.findall(r'<option value="([^"]+)"', body)
+        for label, body in re.findall(
+            r'<optgroup label="([^"]+)">(.*?)</optgroup>', side_a.group(1)
+        )
+    }
+    names = run_names(runs)
+    (full,) = [g for g in groups.values() if runs.a in g]
+    assert sorted(full) == sorted([runs.a, runs.b, names["specs-edited/qa/a"]])
+    assert [runs.small] in groups.values()
+    assert any(label.startswith("qa: 24 samples, dataset ") for label in groups)
+    # As it opens, the form diffs two runs of one group: that diff answers.
+    first_a = re.search(r'<option value="([^"]+)"', side_a.group(1))
+    chosen_b = re.search(
+        r'<select name="b">.*?<option value="([^"]+)" selected>', form.group(0), re.S
+    )
+    assert first_a is not None and chosen_b is not None
+    assert first_a.group(1) != chosen_b.group(1)
+    assert get(url, diff_href(first_a.group(1), chosen_b.group(1))).status_code == 200
