@@ -16,6 +16,7 @@ from gradetrail_lib.commands import (
     batches,
     bundle,
     calibrate,
+    catalog,
     compare,
     cost,
     gate,
@@ -56,6 +57,7 @@ COMMANDS = [
     view,
     batches,
     bundle,
+    catalog,
 ]
 
 

@@ -1,5 +1,6 @@
 """Rendering prompts from sample fields (jinja2, StrictUndefined)."""
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,13 +12,21 @@ from gradetrail_lib.datasets.dataset import Sample
 from gradetrail_lib.errors import InputError
 
 
+def regex_replace(text: str, pattern: str, replacement: str) -> str:
+    """The `regex_replace` filter: Python's `re.sub` (a benchmark's text clean-up, as
+    HellaSwag's prompt removes its `[title]` markers)."""
+    return re.sub(pattern, replacement, text)
+
+
 def make_environment(finalize: Callable[[Any], Any] | None = None) -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
         finalize=finalize,
     )
+    env.filters["regex_replace"] = regex_replace
+    return env
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,7 @@ class Template:
 
 def check_template(source: str) -> str:
     try:
-        jinja2.Environment().parse(source)
+        make_environment().parse(source)
     except jinja2.TemplateSyntaxError as exc:
         raise ValueError(f"template syntax error on its line {exc.lineno}: {exc.message}") from exc
     return source

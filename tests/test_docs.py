@@ -35,7 +35,7 @@ from gradetrail_lib.providers.registry import ModelConfig, Watch
 from gradetrail_lib.scorers.judge import Grade
 from gradetrail_lib.scorers.registry import ScorerConfig, config_types
 from gradetrail_lib.settings import ENVIRONMENT
-from gradetrail_lib.spec.spec import MessageTemplate, Spec
+from gradetrail_lib.spec.spec import FewShotConfig, MessageTemplate, Spec
 from gradetrail_lib.spec.tools import ToolConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,6 +55,7 @@ SECTIONS: dict[type[BaseModel], str] = {
     Watch: "watch",
     ScorerConfig: "scorers and scorer",
     Grade: "grade",
+    FewShotConfig: "fewshot",
 }
 
 # Documented ahead of the code, for changes being made on other branches: a documented

@@ -23,8 +23,13 @@ def _serves(provider: str) -> bool:
 
 def served_models(requests: Sequence[ModelRequest]) -> list[Served]:
     """The (provider, model) pairs of `requests` whose provider starts their server."""
+    # A log-likelihood request of such a provider is answered in-process (no server).
     return sorted(
-        {(r.endpoint.provider, r.endpoint.model) for r in requests if _serves(r.endpoint.provider)}
+        {
+            (r.endpoint.provider, r.endpoint.model)
+            for r in requests
+            if r.kind == "chat" and _serves(r.endpoint.provider)
+        }
     )
 
 

@@ -64,6 +64,10 @@ USAGE_FIELDS = (
     "cache_write_1h_input_tokens",
     "reasoning_tokens",
     "thinking",
+    # A log-likelihood request's answer (`ModelResponse.loglikelihood`).
+    "loglikelihood",
+    "continuation_tokens",
+    "is_greedy",
 )
 
 COLUMNS: list[Column] = [

@@ -105,11 +105,18 @@ def jsonable_row(where: str, number: int, row: dict[str, Any]) -> dict[str, Any]
     return {str(k): convert(str(k), v) for k, v in row.items()}
 
 
+# The `id_field` of a table without ids (PIQA, MMLU): a row's id is its index from 0, the
+# order lm-eval and oe-eval number a split's documents in; the row holds it under this name.
+ROW_INDEX = "#index"
+
+
 def table_samples(
     where: str, rows: Iterable[Row], unit: Unit, id_field: str = "id"
 ) -> list[Sample]:
     """The samples of a table's rows (every row has every column), all checked."""
     listed = list(rows)
+    if id_field == ROW_INDEX:
+        listed = [(n, {ROW_INDEX: i, **row}) for i, (n, row) in enumerate(listed)]
     return list(
         checked_samples(where, listed, lambda: listed, unit, True, tabular=True, id_field=id_field)
     )

@@ -10,7 +10,7 @@ spec's `format:` choices come from here when `DatasetRef` is defined.
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from importlib import import_module, resources
+from importlib import import_module, util
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -20,7 +20,7 @@ from gradetrail_lib.datasets.dataset import Dataset
 from gradetrail_lib.errors import InputError
 
 # In this order the `format:` choices are listed.
-SOURCE_MODULES = ("jsonl", "csv", "parquet", "hf")
+SOURCE_MODULES = ("jsonl", "csv", "parquet", "arrow", "hf")
 # The format of a file whose suffix names none.
 DEFAULT_FORMAT = "jsonl"
 
@@ -102,16 +102,22 @@ def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
 def package_file(package: str, path: str) -> Path:
     """A data file inside an installed package (`dataset: {package: ..., path: ...}`)."""
     where = f"package:{package}/{path}"
+    # Found without importing it: a data package may import heavy libraries (a data
+    # package of evaluation sets imports torch) that reading its files does not need.
     try:
-        root = resources.files(package)
-    except ModuleNotFoundError as exc:
-        raise InputError(
-            where, None, "dataset.package", f"package {package!r} is not installed"
-        ) from exc
-    found = Path(str(root.joinpath(path)))
-    if not found.is_file():
-        raise InputError(where, None, "dataset.path", f"package {package!r} has no file {path!r}")
-    return found
+        spec = util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise InputError(where, None, "dataset.package", f"package {package!r} is not installed")
+    roots = list(spec.submodule_search_locations or [])
+    if not roots and spec.origin is not None:
+        roots = [str(Path(spec.origin).parent)]
+    for root in roots:
+        found = Path(root) / path
+        if found.is_file():
+            return found
+    raise InputError(where, None, "dataset.path", f"package {package!r} has no file {path!r}")
 
 
 # The `format:` choices: the registered file formats (to the type checker, a string).

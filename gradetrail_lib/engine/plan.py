@@ -17,13 +17,16 @@ from gradetrail_lib.analysis.retrieval import retrieval_of
 from gradetrail_lib.datasets.dataset import Dataset, Sample
 from gradetrail_lib.datasets.registry import load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
+from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ModelRequest
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.providers.request import RequestBuilder
 from gradetrail_lib.results.trace import Retrieval
 from gradetrail_lib.scorers import Scorer, build_scorer
+from gradetrail_lib.spec.choices import ChoiceRenderer, ChoiceSet
+from gradetrail_lib.spec.fewshot import choice_renderer, fewshot_examples
 from gradetrail_lib.spec.prompts import PromptRenderer
-from gradetrail_lib.spec.spec import LoadedSpec
+from gradetrail_lib.spec.spec import LoadedSpec, loglikelihood_refusal
 
 # Items (a sample's repeats each one) a batch: its requests, responses and records are
 # what a run holds at once. A batch holds whole samples, with all their repeats.
@@ -39,12 +42,21 @@ def batch_samples(repeats: int, items: int = BATCH_ITEMS) -> int:
 @dataclass
 class PlannedSample:
     """One item of a batch: a sample, its request (rendered and keyed), its repeat, and
-    what the sample says about retrieval (the record's, read from its fields once)."""
+    what the sample says about retrieval (the record's, read from its fields once).
+    A multiple-choice sample has its options (`choice_set`); by log-likelihood, one
+    request per option (then per option again after the unconditional context, when
+    the spec has one), `request` being the first."""
 
     sample: Sample
     request: ModelRequest
     repeat: int = 0
     retrieval: Retrieval | None = None
+    choice_set: ChoiceSet | None = None
+    choice_requests: list[ModelRequest] | None = None
+
+    @property
+    def requests(self) -> list[ModelRequest]:
+        return self.choice_requests if self.choice_requests is not None else [self.request]
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,8 @@ class Batch:
         """Each request once, by key (samples that render alike share one request)."""
         unique: dict[str, ModelRequest] = {}
         for item in self.items:
-            unique.setdefault(item.request.key, item.request)
+            for request in item.requests:
+                unique.setdefault(request.key, request)
         return unique
 
     @cached_property
@@ -78,7 +91,8 @@ class Batch:
         """The positions in `items` of the samples each request answers."""
         positions: dict[str, list[int]] = {}
         for i, item in enumerate(self.items):
-            positions.setdefault(item.request.key, []).append(i)
+            for request in item.requests:
+                positions.setdefault(request.key, []).append(i)
         return positions
 
     def request_keys(self) -> list[str]:
@@ -136,6 +150,8 @@ class RunPlan:
     toolbox: Toolbox | None
     repeats: int
     samples: int
+    # A multiple-choice spec's options (by log-likelihood: its requests are theirs).
+    choices: ChoiceRenderer | None = None
 
     @property
     def item_count(self) -> int:
@@ -157,17 +173,40 @@ class RunPlan:
         label = self.loaded.spec.dataset.label
         items: list[PlannedSample] = []
         for sample in samples:
+            if self.choices is not None and self.loaded.spec.by_loglikelihood:
+                items.append(self._choice_item(sample, label, self.choices))
+                continue
+            choice_set = self.choices.render(sample, label) if self.choices is not None else None
             messages = self.renderer.messages(sample, label)
             retrieval = retrieval_of(sample.fields)
             for repeat in range(self.repeats):
                 request = self.builder.build(messages, sample, label, repeat)
                 items.append(
                     PlannedSample(
-                        sample=sample, request=request, repeat=repeat, retrieval=retrieval
+                        sample=sample,
+                        request=request,
+                        repeat=repeat,
+                        retrieval=retrieval,
+                        choice_set=choice_set,
                     )
                 )
         return Batch(
             self.loaded, self.dataset, self.model, items, self.scorers, self.builder, self.toolbox
+        )
+
+    def _choice_item(self, sample: Sample, label: str, choices: ChoiceRenderer) -> PlannedSample:
+        asked = choices.render(sample, label)
+        continuations = [choices.prefix + text for text in asked.options]
+        requests = [self.builder.loglikelihood(asked.context, c) for c in continuations]
+        unconditional = self.loaded.spec.unconditional_context
+        if unconditional is not None:
+            requests += [self.builder.loglikelihood(unconditional, c) for c in continuations]
+        return PlannedSample(
+            sample=sample,
+            request=requests[0],
+            retrieval=retrieval_of(sample.fields),
+            choice_set=asked,
+            choice_requests=requests,
         )
 
 
@@ -178,6 +217,7 @@ def _check_samples(
     builder: RequestBuilder,
     scorers: list[Scorer],
     toolbox: Toolbox | None = None,
+    choices: ChoiceRenderer | None = None,
 ) -> int:
     """Every sample of the dataset read and checked: it renders, its request builds, every
     scorer can score it; the number of samples. Raises every input error found (the first
@@ -187,7 +227,9 @@ def _check_samples(
     count = 0
     for sample in dataset.validated():
         try:
-            messages = renderer.messages(sample, label)
+            if choices is not None:
+                choices.render(sample, label)
+            messages = [] if loaded.spec.by_loglikelihood else renderer.messages(sample, label)
             builder.check(sample, label)
             if toolbox is not None:
                 toolbox.check(sample, label)
@@ -218,7 +260,11 @@ def plan(
         dataset = load_spec_dataset(loaded)
     spec = loaded.spec
     toolbox = Toolbox(spec.tools, loaded.base_dir) if spec.tools is not None else None
-    renderer = PromptRenderer(spec)
+    check_kinds(loaded, model)
+    fewshot = fewshot_examples(loaded, dataset)
+    choices = choice_renderer(spec, fewshot)
+    generated = choices if choices is not None and not spec.by_loglikelihood else None
+    renderer = PromptRenderer(spec, fewshot, generated)
     builder = RequestBuilder(
         model,
         spec.params,
@@ -226,5 +272,13 @@ def plan(
         tool_choice=spec.tool_choice,
         shared_messages=renderer.shared_messages,
     )
-    samples = _check_samples(loaded, dataset, renderer, builder, scorers, toolbox)
-    return RunPlan(loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, samples)
+    samples = _check_samples(loaded, dataset, renderer, builder, scorers, toolbox, choices)
+    return RunPlan(
+        loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, samples, choices
+    )
+
+
+def check_kinds(loaded: LoadedSpec, model: ModelConfig) -> None:
+    """A model named beside the spec (`--models`) is held to the spec's request kind too."""
+    if loaded.spec.by_loglikelihood and "loglikelihood" not in providers.get(model.provider).kinds:
+        raise InputError(str(loaded.path), None, "models", loglikelihood_refusal(model.provider))

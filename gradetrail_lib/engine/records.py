@@ -15,6 +15,7 @@ from typing import Any
 from gradetrail_lib.agents.loop import Trajectory
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
+from gradetrail_lib.engine.choices import by_letter, by_loglikelihood
 from gradetrail_lib.engine.plan import Batch, PlannedSample
 from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.engine.scorer_calls import CallStage
@@ -26,6 +27,7 @@ from gradetrail_lib.results.trace import (
     CallUsage,
     FailureMode,
     ModelCall,
+    MultipleChoice,
     Outcome,
     Role,
     ScoreEntry,
@@ -71,6 +73,10 @@ class RecordBuilder:
         self._cached: dict[str, ModelResponse] = {}
         # An agent's case that stopped early, by position: thrash, budget_exhausted.
         self._stopped: dict[int, FailureMode | None] = {}
+        # Multiple choice by log-likelihood: a sample's record waits for every option's
+        # answer (all kept in `_cached`); the keys this run sent are in `_fresh`.
+        self._by_choice = plan.loaded.spec.by_loglikelihood
+        self._fresh: set[str] = set()
 
     @property
     def makes_calls(self) -> bool:
@@ -78,6 +84,11 @@ class RecordBuilder:
         return self._stage is not None
 
     def on_response(self, key: str, response: ModelResponse, cache_hit: bool) -> None:
+        if self._by_choice:  # the record is made when the part is (`_choice_record`)
+            self._cached[key] = response
+            if not cache_hit:
+                self._fresh.add(key)
+            return
         if self._stage is not None:
             self._stage.submit(self._start(key, response, cache_hit))
         else:
@@ -172,7 +183,9 @@ class RecordBuilder:
         for position in positions:
             item = items[position]
             record = self._records[position]
-            if record is None:
+            if record is None and item.choice_requests is not None:
+                record = self._choice_record(item, responses)
+            elif record is None:
                 cached = self._cached.get(item.request.key)
                 if cached is None:
                     records.append(self._unanswered(item, responses))
@@ -264,6 +277,30 @@ class RecordBuilder:
         call = self._target_call(item.request, response, cache_hit)
         return self._record(item, calls=[call], response=response)
 
+    def _choice_record(self, item: PlannedSample, responses: Responses) -> TraceRecord:
+        """A multiple-choice sample's record by log-likelihood: one call per request, the
+        options' figures; unanswered (the first error) when any request has no answer."""
+        assert item.choice_requests is not None
+        calls: list[ModelCall] = []
+        answers: list[ModelResponse] = []
+        failed: str | None = None
+        for request in item.choice_requests:
+            answer = self._cached.get(request.key)
+            if answer is None:
+                error = responses.errors.get(request.key)
+                reason = error.message if error else "no response (run interrupted)"
+                failed = failed or reason
+                calls.append(self._target_call(request, None, False, error=reason))
+                continue
+            answers.append(answer)
+            calls.append(self._target_call(request, answer, request.key not in self._fresh))
+        if failed is not None:
+            return self._record(item, calls=calls, failed=failed)
+        choices = by_loglikelihood(item, answers)
+        assert choices.chosen is not None
+        shown = answers[choices.chosen]
+        return self._record(item, calls=calls, response=shown, choices=choices)
+
     def _unanswered(self, item: PlannedSample, responses: Responses) -> TraceRecord:
         error = responses.errors.get(item.request.key)
         reason = error.message if error else "no response (run interrupted)"
@@ -278,15 +315,21 @@ class RecordBuilder:
         response: ModelResponse | None = None,
         trajectory: Trajectory | None = None,
         failed: str | None = None,
+        choices: MultipleChoice | None = None,
     ) -> TraceRecord:
         """The one place a record is made: a sample's `calls`, the final `response` of the
         model under test (scores follow), or why there is none (`failed`: a provider
-        error, every score empty with that reason)."""
+        error, every score empty with that reason). A multiple-choice sample keeps its
+        options' figures (`choices`: by log-likelihood; by generation, from the answer)."""
+        if choices is None and item.choice_set is not None and response is not None:
+            choices = by_letter(item, response.text)
+        request = item.request
         return TraceRecord(
             schema_version=SCHEMA_VERSION,
             id=item.sample.id,
             repeat=item.repeat,
-            messages=item.request.messages,
+            # A log-likelihood request has no messages: its context is shown as one.
+            messages=request.messages or [{"role": "user", "content": request.context}],
             calls=calls,
             response=response.text if response is not None else None,
             stop_reason=response.stop_reason if response is not None else None,
@@ -299,6 +342,7 @@ class RecordBuilder:
             failure_mode=None if failed is None else "provider_error",
             trajectory=trajectory.steps if trajectory is not None else [],
             retrieval=item.retrieval,
+            choices=choices,
         )
 
     def _score(

@@ -73,7 +73,9 @@ def warnings_for(plan: RunPlan, served: set[str], git: dict[str, Any]) -> list[s
             f"served model {', '.join(others)} differs from requested {plan.model.name}"
         )
     temperature = plan.loaded.spec.params.temperature
-    if temperature is None or temperature > 0:
+    # Log-likelihoods are read, never sampled: no temperature applies.
+    sampled = not plan.loaded.spec.by_loglikelihood
+    if sampled and (temperature is None or temperature > 0):
         warnings.append(
             "temperature is not 0: responses are samples and a re-run will differ"
             if temperature

@@ -6,6 +6,9 @@ from typing import Any, Literal
 
 StopReason = Literal["stop", "max_tokens", "tool_use", "content_filter", "other"]
 FailureKind = Literal["fatal", "transient"]
+# What a request asks: a chat's next message, or the log-likelihood of a continuation
+# after a context (`providers.loglikelihood`). A provider declares the kinds it serves.
+RequestKind = Literal["chat", "loglikelihood"]
 
 # Statuses that no retry can fix: the request or its credentials are wrong.
 FATAL_STATUSES = frozenset({400, 401, 403, 404, 405, 413, 422})
@@ -36,6 +39,11 @@ class ModelResponse:
     reasoning_tokens: int = 0
     # Anthropic's extended thinking text: kept in the record, never in `text`.
     thinking: str | None = None
+    # A log-likelihood request's answer: the continuation's summed token log-probability,
+    # its token count, and whether every token of it is the model's greedy choice.
+    loglikelihood: float | None = None
+    continuation_tokens: int | None = None
+    is_greedy: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,9 @@ class ParsedBody:
     cache_write_1h_input_tokens: int = 0
     reasoning_tokens: int = 0
     thinking: str | None = None
+    loglikelihood: float | None = None
+    continuation_tokens: int | None = None
+    is_greedy: bool | None = None
 
 
 class ProviderError(Exception):
@@ -134,3 +145,8 @@ class ModelRequest:
     tool_choice: str | None = None
     # `params.cache`: the prompt's shared prefix, marked for the provider's prompt cache.
     prompt_cache: PromptCacheMark | None = None
+    # A log-likelihood request (`kind`): the continuation scored after the context; its
+    # `messages` are empty.
+    kind: RequestKind = "chat"
+    context: str = ""
+    continuation: str = ""

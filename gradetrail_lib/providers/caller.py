@@ -30,8 +30,11 @@ def redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]") if secret else text
 
 
-def adapter_for(provider: str) -> Adapter:
-    adapter = registry.get(provider).adapter
+def adapter_for(provider: str, kind: str = "chat") -> Adapter:
+    entry = registry.get(provider)
+    adapter = entry.loglikelihood_adapter if kind == "loglikelihood" else entry.adapter
+    if adapter is None and kind != "chat":
+        raise ValueError(f"provider {provider} does not serve {kind} requests")
     if adapter is None:
         raise ValueError(f"provider {provider} answers in-process; it has no adapter")
     return adapter
@@ -99,10 +102,13 @@ async def call_model(
     requests use (cookies, auth flows, redirects, hooks) and CPU on every request.
     `gate` (the adaptive limiter) admits each attempt and sees how it ended."""
     provider = registry.get(request.endpoint.provider)
+    if request.kind == "loglikelihood" and provider.score_loglikelihood is not None:
+        # In-process (the local model): off the event loop, which other calls share.
+        return await asyncio.to_thread(_in_process, provider.score_loglikelihood, request)
     if provider.respond is not None:
         return provider.respond(request)
     rng = rng or _JITTER
-    adapter = adapter_for(provider.name)
+    adapter = adapter_for(provider.name, request.kind)
     api_key = api_key_for(request)
     for attempt in range(1, policy.max_attempts + 1):
         if gate is None:
@@ -127,6 +133,15 @@ async def call_model(
             raise error
         await sleep(policy.delay_s(attempt, error.retry_after_s, rng))
     raise AssertionError("unreachable")
+
+
+def _in_process(
+    answer: Callable[[ModelRequest], ModelResponse], request: ModelRequest
+) -> ModelResponse:
+    started = time.perf_counter()
+    response = answer(request)
+    response.latency_s = time.perf_counter() - started
+    return response
 
 
 async def _attempt(
@@ -156,7 +171,10 @@ async def _attempt(
         if response.is_success:
             try:
                 body = response.json()
-                parsed = adapter.parse(body)
+                # An adapter whose answer depends on what was asked (a log-likelihood's
+                # split between context and continuation) reads the request too.
+                parse_for = getattr(adapter, "parse_for", None)
+                parsed = parse_for(request, body) if parse_for else adapter.parse(body)
             # ValueError covers bad JSON and undecodable bytes; AttributeError a body
             # of the wrong shape (a list or string where an object was expected).
             except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
@@ -178,6 +196,9 @@ async def _attempt(
                 cache_write_1h_input_tokens=parsed.cache_write_1h_input_tokens,
                 reasoning_tokens=parsed.reasoning_tokens,
                 thinking=parsed.thinking,
+                loglikelihood=parsed.loglikelihood,
+                continuation_tokens=parsed.continuation_tokens,
+                is_greedy=parsed.is_greedy,
             )
         error = classify(response, adapter, api_key)
     return error

@@ -1,7 +1,8 @@
 """Provider `local`: a model whose weights ship in a Python package, served by a
-llama.cpp server that gradetrail starts on a free loopback port (see `local_server`)."""
+llama.cpp server that gradetrail starts on a free loopback port (see `local_server`).
+Its log-likelihoods are computed in-process (`local_loglikelihood`), no server started."""
 
-from gradetrail_lib.providers import local_server, openai_chat
+from gradetrail_lib.providers import local_loglikelihood, local_server, openai_chat
 from gradetrail_lib.providers.registry import ModelConfig, Provider, RefusedParam
 
 
@@ -29,6 +30,7 @@ PROVIDER = Provider(
     key_base_url=_identity,
     planned_base_url="local://",
     serve=local_server.shared_local_server,
+    score_loglikelihood=local_loglikelihood.answer,
     refused_params=(
         RefusedParam("thinking", "the local model's server", "the local model"),
         RefusedParam("reasoning_effort", "the local model's server", "the local model"),

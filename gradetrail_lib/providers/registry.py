@@ -136,6 +136,19 @@ class Provider:
     # keeps `--max-cost` from refusing it). Every surface shows its cost as
     # `pricing.LOCAL_COST` (null in JSON), never as $0 (`pricing.shown_cost`).
     local_model: bool = False
+    # Log-likelihood requests (`ModelRequest.kind`), when it serves them: answered
+    # in-process (`score_loglikelihood`, the local model) or over HTTP by an adapter of
+    # their own (a completions API that echoes the prompt's log-probabilities). A spec
+    # asking a provider with neither for log-likelihoods is refused at load.
+    score_loglikelihood: "Callable[[ModelRequest], ModelResponse] | None" = None
+    loglikelihood_adapter: "Adapter | None" = None
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds of request it serves (`providers.base.RequestKind`)."""
+        if self.score_loglikelihood is not None or self.loglikelihood_adapter is not None:
+            return frozenset({"chat", "loglikelihood"})
+        return frozenset({"chat"})
 
     @property
     def in_process(self) -> bool:

@@ -28,6 +28,11 @@ was: `"tools"` (the tool definitions, with `"tool_choice"`) for a tool-using req
 `"settings"` (`{"api_version": "2024-10-21"}`) for a provider whose requests depend on
 settings beyond the base URL (`Provider.endpoint_settings`: `azure_openai`'s API version).
 
+A log-likelihood request (`ModelRequest.kind`, see `providers.loglikelihood`) is keyed by
+the canonical JSON of ``{"v": 1, "kind": "loglikelihood", "provider", "model", "base_url",
+"context", "continuation"}`` (with `"settings"` as above): no messages and no sampling
+parameters, since neither changes a log-likelihood; nothing of the scorer either.
+
 Messages are provider-neutral: `{"role": "system"|"user", "content": text}`,
 `{"role": "assistant", "content": text, "tool_calls": [{"id", "name", "arguments"}]}` (the
 `tool_calls` key only when there are some) and `{"role": "tool", "tool_call_id", "name",
@@ -142,6 +147,30 @@ def endpoint_for(model: ModelConfig) -> Endpoint:
     return Endpoint(model.provider, model.name, url.rstrip("/"), key_env, settings)
 
 
+def loglikelihood_key(
+    provider: str,
+    model: str,
+    base_url: str | None,
+    context: str,
+    continuation: str,
+    *,
+    settings: dict[str, str] | None = None,
+) -> str:
+    """The key of a log-likelihood request (see the module's docstring)."""
+    fields: dict[str, Any] = {
+        "v": KEY_VERSION,
+        "kind": "loglikelihood",
+        "provider": provider,
+        "model": model,
+        "base_url": base_url,
+        "context": context,
+        "continuation": continuation,
+    }
+    if settings:
+        fields["settings"] = settings
+    return hash_json(fields)
+
+
 class RequestBuilder:
     """Builds one model's requests from rendered messages: the key, the endpoint, the
     params (and tools). The target's requests and a judge's are built alike."""
@@ -184,6 +213,18 @@ class RequestBuilder:
                 settings=self.settings,
             )  # fmt: skip
         return keyer
+
+    def loglikelihood(self, context: str, continuation: str) -> ModelRequest:
+        """The request for the log-likelihood of `continuation` after `context`."""
+        model = self.model
+        key = loglikelihood_key(
+            model.provider, model.name, key_base_url(model), context, continuation,
+            settings=self.settings,
+        )  # fmt: skip
+        return ModelRequest(
+            key, self.endpoint, [], {}, kind="loglikelihood", context=context,
+            continuation=continuation,
+        )  # fmt: skip
 
     @property
     def answers_from_samples(self) -> bool:

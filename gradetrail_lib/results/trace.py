@@ -178,6 +178,34 @@ class Retrieval:
 
 @with_config(_FORBID)
 @dataclass(kw_only=True)
+class ChoiceFigures:
+    """One option of a multiple-choice sample: its text (without the separator before
+    it) and, by log-likelihood, the continuation's summed log-probability, its tokens,
+    whether it is the model's greedy continuation, and its log-likelihood after the
+    unconditional context (for `acc_mutual_info`, when the spec sets one)."""
+
+    text: str
+    loglikelihood: float | None = None
+    tokens: int | None = None
+    is_greedy: bool | None = None
+    unconditional: float | None = None
+
+
+@with_config(_FORBID)
+@dataclass(kw_only=True)
+class MultipleChoice:
+    """A multiple-choice sample's options, the gold option's index, and the chosen one:
+    the highest log-likelihood (`loglikelihood`), or the letter read from the answer
+    (`generate`; None when it names no option)."""
+
+    method: Literal["loglikelihood", "generate"]
+    gold: int
+    chosen: int | None
+    options: list[ChoiceFigures]
+
+
+@with_config(_FORBID)
+@dataclass(kw_only=True)
 class TraceRecord:
     schema_version: int
     id: str
@@ -193,6 +221,8 @@ class TraceRecord:
     trajectory: list[AgentStep] = field(default_factory=list)
     # The sample's relevant document ids and scripted citation verdicts, when it has any.
     retrieval: Retrieval | None = None
+    # A multiple-choice sample's options with their figures, the chosen and the gold.
+    choices: MultipleChoice | None = None
 
     # The figures statistics read. A sample without a response scores nothing on any
     # scorer; one whose scorer failed scores nothing on that scorer.

@@ -32,6 +32,21 @@ class Config(ScorerConfig):
     pattern: str | None = Field(
         default=None, description="Regex with a named group; default: the last number."
     )
+    # Where the expected number is in the field, when the field holds more (GSM8K's worked
+    # answer ends "#### 72"): a regex whose `value` group is the number.
+    expected_pattern: str | None = None
+
+    @field_validator("expected_pattern")
+    @classmethod
+    def _check_expected_pattern(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regex: {exc}") from exc
+            if "value" not in compiled.groupindex:
+                raise ValueError("expected_pattern needs a group named value: (?P<value>...)")
+        return pattern
 
     @field_validator("pattern")
     @classmethod
@@ -84,6 +99,11 @@ class NumericMatch(BaseScorer):
 
     def expected(self, sample: Sample) -> float:
         value = sample.fields[self.config.field]
+        if self.config.expected_pattern is not None:
+            found = re.search(self.config.expected_pattern, str(value))
+            if found is None:
+                raise ValueError(f"field {self.config.field!r} has no match of expected_pattern")
+            value = found.group("value")
         if isinstance(value, str) and value.isdecimal():
             # Digits only (what `\d` matches): parse_number's answer without its regex,
             # which counts because a run asks twice a sample (its check, its score).

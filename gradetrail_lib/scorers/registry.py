@@ -27,6 +27,7 @@ SCORER_MODULES = (
     "python",
     "judge",
     "code",
+    "choice",
 )
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"

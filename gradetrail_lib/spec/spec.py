@@ -28,6 +28,8 @@ from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.registry import ModelConfig, ProviderName, Watch
 from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
 from gradetrail_lib.scorers.registry import config_types
+from gradetrail_lib.spec import catalog
+from gradetrail_lib.spec.choices import check_expression
 from gradetrail_lib.spec.tools import ToolConfig
 from gradetrail_lib.spec.yaml_lines import Location, YamlDocument, load_yaml
 from gradetrail_lib.templating import check_template
@@ -63,6 +65,32 @@ class MessageTemplate(Strict):
         return check_template(content)
 
 
+class FewShotConfig(Strict):
+    """`fewshot:` k examples before each sample's prompt (`spec.choices` says how they
+    are chosen and rendered)."""
+
+    k: int = Field(ge=1, le=64)
+    # Where the examples come from (a file, a package's file or a Hugging Face split);
+    # the spec's own dataset when unset.
+    source: DatasetRef | None = None
+    seed: int = 1234
+    separator: str = "\n\n"
+    # A spec without choices: the template of an example's answer, after its prompt.
+    answer: str | None = None
+
+    @field_validator("answer")
+    @classmethod
+    def _check_answer(cls, source: str | None) -> str | None:
+        return None if source is None else check_template(source)
+
+
+# Scorers a multiple-choice spec gets when it names none.
+_CHOICE_SCORERS = {
+    "loglikelihood": ["acc", "acc_norm", "acc_bytes"],
+    "generate": ["acc"],
+}
+
+
 class Spec(Strict):
     """`models:` (or one `model:`) and `scorers:` (or one `scorer:`, named `score`); after
     validation `models` and `scorers` hold them either way, the first scorer primary."""
@@ -86,6 +114,53 @@ class Spec(Strict):
     # Each (sample, repeat) is a sample of its own; repeat 0 keeps the plain request key.
     repeats: int = Field(default=1, ge=1)
     watch: Watch | None = None
+    # Multiple choice (`spec.choices`): the options and the gold one, from each sample,
+    # and how the model chooses (default loglikelihood). Unset, none is in the spec hash.
+    choices: str | list[str] | None = None
+    gold: str | None = None
+    method: Literal["loglikelihood", "generate"] | None = None
+    # Before each option's text in its continuation (default one space, lm-eval's
+    # target delimiter); not counted in the option's length (`acc_norm`).
+    choice_prefix: str | None = None
+    # The context of each option's unconditional log-likelihood (`acc_mutual_info`).
+    unconditional_context: str | None = None
+    fewshot: FewShotConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _choice_scorers(cls, data: Any) -> Any:
+        # A multiple-choice spec naming no scorer is scored by its method's rules.
+        named = isinstance(data, dict) and ("scorers" in data or "scorer" in data)
+        if not isinstance(data, dict) or data.get("choices") is None or named:
+            return data
+        method = data.get("method") or "loglikelihood"
+        metrics = list(_CHOICE_SCORERS.get(method, ["acc"]))
+        if method == "loglikelihood" and data.get("unconditional_context") is not None:
+            metrics.append("acc_mutual_info")
+        scorers = [{"name": m, "type": "choice", "metric": m} for m in metrics]
+        return {**data, "scorers": scorers}
+
+    @field_validator("choices")
+    @classmethod
+    def _check_choices(cls, choices: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(choices, str):
+            check_expression(choices)
+        elif choices is not None:
+            if len(choices) < 2:
+                raise ValueError("give two or more options (or one expression giving them)")
+            for template in choices:
+                check_template(template)
+        return choices
+
+    @field_validator("gold")
+    @classmethod
+    def _check_gold(cls, gold: str | None) -> str | None:
+        return None if gold is None else check_expression(gold)
+
+    @property
+    def by_loglikelihood(self) -> bool:
+        """Whether its samples are multiple choice scored by log-likelihood."""
+        return self.choices is not None and (self.method or "loglikelihood") == "loglikelihood"
 
     # Field validators so each error names its field and line and is reported with the others.
     @field_validator("prompt", "system")
@@ -156,7 +231,41 @@ class Spec(Strict):
                 f"watch.incumbent {incumbent!r} is not one of the spec's models "
                 f"({', '.join(names)})"
             )
+        self._check_multiple_choice()
         return self
+
+    def _check_multiple_choice(self) -> None:
+        if (self.choices is None) != (self.gold is None):
+            raise ValueError("give choices and gold together (the options and the gold one)")
+        if self.choices is None:
+            unused = [
+                k for k in ("method", "choice_prefix", "unconditional_context")
+                if getattr(self, k) is not None
+            ]  # fmt: skip
+            if unused:
+                raise ValueError(f"{', '.join(unused)}: only with choices")
+            if self.fewshot is not None and (self.fewshot.answer is None or self.prompt is None):
+                raise ValueError("fewshot without choices needs prompt and fewshot.answer")
+            return
+        if self.prompt is None or self.tools is not None:
+            raise ValueError("a multiple-choice spec renders its context from prompt (no tools)")
+        if not self.by_loglikelihood:
+            if self.unconditional_context is not None:
+                raise ValueError("unconditional_context needs method loglikelihood")
+            return
+        if self.system is not None:
+            raise ValueError("by log-likelihood the context is the prompt's text: no system")
+        if self.repeats != 1:
+            raise ValueError("log-likelihoods do not vary: repeats must be 1")
+        for config in self.scorers:
+            if getattr(config, "type", None) != "choice":
+                raise ValueError(
+                    f"scorer {config.name!r}: by log-likelihood there is no answer text; "
+                    "score with type: choice (acc, acc_norm, acc_bytes, acc_mutual_info)"
+                )
+        refused = [m for m in self.models if "loglikelihood" not in providers.get(m.provider).kinds]
+        if refused:
+            raise ValueError(loglikelihood_refusal(refused[0].provider))
 
     @property
     def primary_scorer(self) -> str:
@@ -193,6 +302,14 @@ class Spec(Strict):
             )
         known = ", ".join(m.name for m in self.models)
         raise UnknownModel(f"spec {self.name!r} has no model {name!r} (models: {known})")
+
+
+def loglikelihood_refusal(provider: str) -> str:
+    return (
+        f"provider {provider} gives no log-likelihoods (method loglikelihood); use "
+        "method: generate (lettered options, the letter read from the answer) or a provider "
+        "that does (local, openai_compatible)"
+    )
 
 
 class LoadedSpec(BaseModel):
@@ -243,6 +360,9 @@ def _describe(doc: YamlDocument, loc: Loc) -> tuple[str, int | None]:
 
 
 def load_spec(path: Path | str) -> LoadedSpec:
+    """A spec file, or a catalogue entry (`catalog:NAME`: `spec.catalog`)."""
+    if catalog.is_catalog(path):
+        return _load_catalog_entry(str(path))
     path = Path(path)
     doc = load_yaml(path)
     if not isinstance(doc.data, dict):
@@ -257,6 +377,16 @@ def load_spec(path: Path | str) -> LoadedSpec:
         raise one_or_all(errors) from None
     _refuse_self_judging(spec, doc, path)
     return LoadedSpec(spec=spec, path=path)
+
+
+def _load_catalog_entry(source: str) -> LoadedSpec:
+    """The entry's spec, its dataset the offline copy when that is installed."""
+    loaded = load_spec(catalog.resolve(source).path)
+    offline = catalog.resolve(source, loaded.spec.dataset).offline
+    if offline is None:
+        return loaded
+    spec = loaded.spec.model_copy(update={"dataset": offline})
+    return LoadedSpec(spec=spec, path=loaded.path)
 
 
 def self_judging(spec: Spec, judge: ModelConfig) -> list[ModelConfig]:

@@ -8,6 +8,9 @@ It speaks real HTTP/1.1 on 127.0.0.1 and imitates these provider endpoints:
   ``candidates`` out, errors as ``{"error": {"code", "message", "status"}}``),
 * ``POST /openai/deployments/{deployment}/chat/completions?api-version=...`` -- Azure
   OpenAI: the Chat Completions shape; without ``api-version`` a 404, as Azure answers,
+* ``POST /v1/completions``      -- vLLM's completions with ``echo`` and ``logprobs``: the
+  prompt's tokens (``fake_tokens``: whitespace-led words) with their log-probabilities
+  (``fake_logprob``) and text offsets, then one generated token (``" ok"``),
 * ``GET  /v1/models``           -- OpenAI list shape, or the Anthropic one when the
   request carries an ``anthropic-version`` header,
 * ``GET  /v1beta/models``       -- Gemini list shape,
@@ -445,6 +448,61 @@ def _reset_connection(writer: asyncio.StreamWriter) -> None:
 # ---------------------------------------------------------------------------- server
 
 
+COMPLETIONS_PATH = "/v1/completions"
+
+
+def fake_tokens(text: str) -> list[str]:
+    """How the fake "tokenizes" a prompt: each word with the whitespace before it (and a
+    trailing run of whitespace as a token of its own)."""
+    return re.findall(r"\s*\S+|\s+$", text)
+
+
+def fake_logprob(token: str) -> float:
+    """The fake model's log-probability of a token: -0.5 per character."""
+    return -0.5 * len(token)
+
+
+def fake_top(token: str) -> dict[str, float]:
+    """The top choices at a token: itself when it has at most 3 characters (so it is the
+    greedy one), else `" the"` ahead of it."""
+    if len(token) <= 3:
+        return {token: fake_logprob(token)}
+    return {" the": -0.1, token: fake_logprob(token)}
+
+
+def echo_logprobs(body: dict[str, Any]) -> dict[str, Any]:
+    """A vLLM completions answer with the prompt echoed and its log-probabilities."""
+    prompt = body["prompt"]
+    if not isinstance(prompt, str) or not body.get("echo"):
+        raise _BadRequest(400, "the fake completions endpoint wants echo and a string prompt")
+    tokens = [*fake_tokens(prompt), " ok"]
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    logprobs = [None, *(fake_logprob(t) for t in tokens[1:])]
+    tops = [None, *(fake_top(t) for t in tokens[1:])]
+    return {
+        "id": "cmpl-fake",
+        "object": "text_completion",
+        "model": body.get("model", "fake"),
+        "choices": [
+            {
+                "index": 0,
+                "text": prompt + " ok",
+                "logprobs": {
+                    "tokens": tokens,
+                    "token_logprobs": logprobs,
+                    "top_logprobs": tops,
+                    "text_offset": offsets,
+                },
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": len(tokens) - 1, "completion_tokens": 1},
+    }
+
+
 class FakeLLMServer:
     """Fake OpenAI/Anthropic/Gemini/Azure API over real HTTP/1.1, its asyncio loop in a
     daemon thread.
@@ -756,6 +814,16 @@ class FakeLLMServer:
     ) -> _Reply:
         if FakeBatches.handles(path):
             return await self.batches.dispatch(method, path, headers, raw, query)
+        if path == COMPLETIONS_PATH and method == "POST":
+            self._count_path(path)
+            with self._lock:
+                self._calls += 1
+            try:
+                return _json_reply(200, echo_logprobs(json.loads(raw)))
+            except (ValueError, KeyError, TypeError) as exc:
+                return _error_reply(path, 400, f"Bad completions request: {exc}")
+            except _BadRequest as exc:
+                return _error_reply(path, exc.status, exc.message)
         if _api_of(path) is not None:
             if method != "POST":
                 self._count_path(path)

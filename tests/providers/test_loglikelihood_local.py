@@ -1,0 +1,134 @@
+"""The local model's log-likelihoods against a direct llama-cpp-python computation: each
+text evaluated from scratch by a model of its own, its continuation's tokens scored from
+the logits by hand."""
+
+from collections.abc import Iterator
+
+import pytest
+from scipy.special import logsumexp
+
+from tests.conftest import needs_local_model
+
+pytestmark = needs_local_model
+
+CONTEXT = "Question: Which technology was developed most recently?\nAnswer:"
+CHOICES = [" cellular telephone", " television", " refrigerator", " airplane"]
+
+
+@pytest.fixture(scope="module")
+def direct() -> Iterator[object]:
+    """A second model, used from scratch for every text (the reference)."""
+    from llama_cpp import Llama
+
+    from gradetrail_lib.providers.local_server import locate_model_file
+
+    llm = Llama(
+        model_path=str(locate_model_file("smollm2-135m")),
+        logits_all=True,
+        n_ctx=512,
+        n_threads=1,
+        verbose=False,
+    )
+    yield llm
+    llm.close()
+
+
+def reference(llm, context: str, continuation: str) -> tuple[float, int, bool]:
+    """lm-eval's `_encode_pair` split and sum, written out: trailing whitespace moved to
+    the continuation, the whole text tokenized, the continuation after the context's
+    tokens; every row a fresh log-softmax."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    whole = llm.tokenize((context + continuation).encode(), add_bos=False)
+    ctx = llm.tokenize(context.encode(), add_bos=False)
+    start = 0
+    while start < min(len(ctx), len(whole)) and ctx[start] == whole[start]:
+        start += 1
+    if start == 0:
+        whole, start = [llm.token_bos(), *whole], 1
+    llm.reset()
+    llm.eval(whole)
+    total, greedy = 0.0, True
+    for i in range(start, len(whole)):
+        row = llm.scores[i - 1].astype("float64")
+        total += float(row[whole[i]] - logsumexp(row))
+        greedy = greedy and int(row.argmax()) == whole[i]
+    return total, len(whole) - start, greedy
+
+
+def test_matches_a_direct_computation(direct) -> None:
+    from gradetrail_lib.providers.local_loglikelihood import evaluator
+
+    model = evaluator("smollm2-135m")
+    cases = [(CONTEXT, c) for c in CHOICES] + [
+        ("The capital of France is ", "Paris"),  # trailing space moves to the continuation
+        ("", " hello there"),  # empty context: the BOS token before it
+        ("Ein Käse kostet", " 3 €"),  # non-ASCII bytes
+        (CONTEXT, " television"),  # the same text again: its rows are reused as they are
+    ]
+    for context, continuation in cases:
+        got = model.score(context, continuation)
+        want, tokens, greedy = reference(direct, context, continuation)
+        assert abs(got.loglikelihood - want) < 1e-3, (context, continuation, got, want)
+        assert got.tokens == tokens
+        assert got.is_greedy == greedy
+        assert got.loglikelihood < 0
+
+
+def test_a_greedy_continuation_is_marked_greedy(direct) -> None:
+    from gradetrail_lib.providers.local_loglikelihood import evaluator
+
+    model = evaluator("smollm2-135m")
+    # The model's own greedy next tokens after a context are, by construction, greedy.
+    context = "1, 2, 3, 4, 5,"
+    tokens = direct.tokenize(context.encode(), add_bos=False)
+    direct.reset()
+    direct.eval(tokens)
+    row = list(direct.scores[len(tokens) - 1])
+    best = row.index(max(row))
+    text = direct.detokenize([best]).decode()
+    scored = model.score(context, text)
+    if scored.tokens == 1:  # the text re-tokenizes as that one token
+        assert scored.is_greedy
+    assert not model.score(context, " banana").is_greedy
+
+
+def test_a_join_that_merges_tokens_scores_the_whole_texts_tokens(direct) -> None:
+    from gradetrail_lib.providers.local_loglikelihood import evaluator, split_tokens
+
+    model = evaluator("smollm2-135m")
+    # "wor" + "ld": the whole text's tokens do not begin with the context's own.
+    context, continuation = "Hello wor", "ld peace"
+    ctx = model.tokenize(context)
+    whole, start = split_tokens(model.tokenize, context, continuation, model.prefix_token)
+    assert whole[: len(ctx)] != ctx, "the join should merge a token here"
+    assert start < len(ctx)
+    assert whole == model.tokenize(context + continuation)
+    got = model.score(context, continuation)
+    want, tokens, _ = reference(direct, context, continuation)
+    assert got.tokens == tokens == len(whole) - start
+    assert abs(got.loglikelihood - want) < 1e-3
+
+
+def test_order_of_requests_does_not_change_a_figure() -> None:
+    """The KV cache keeps the last text; whatever came before, each figure is the same."""
+    from gradetrail_lib.providers.local_loglikelihood import evaluator
+
+    model = evaluator("smollm2-135m")
+    forward = [model.score(CONTEXT, c).loglikelihood for c in CHOICES]
+    model.score("Something else entirely, to evict the context.", " yes")
+    backward = [model.score(CONTEXT, c).loglikelihood for c in reversed(CHOICES)]
+    for a, b in zip(forward, reversed(backward), strict=True):
+        assert abs(a - b) < 1e-3
+
+
+def test_too_long_a_text_is_refused() -> None:
+    from gradetrail_lib.providers.base import ProviderError
+    from gradetrail_lib.providers.local_loglikelihood import evaluator
+
+    model = evaluator("smollm2-135m")
+    with pytest.raises(ProviderError, match="more than the local model's"):
+        model.score("word " * 3000, " end")
+    with pytest.raises(ProviderError, match="needs a continuation"):
+        model.score(CONTEXT, "")
