@@ -101,12 +101,18 @@ def main() -> None:
             (again,) = run_spec(spec, base_dir=folder, cache=cache, results_root=folder / "r")
             cached.append(time.perf_counter() - started)
             assert all(c.cache_hit for r in again.records for c in r.calls)
-            got = [[o.loglikelihood for o in r.choices.options] for r in run.records]  # type: ignore[union-attr]
-            worst = max(abs(a - b) for g, w in zip(got, reference) for a, b in zip(g, w))  # type: ignore[operator]
+            got = [
+                [o.loglikelihood or 0.0 for o in r.choices.options] if r.choices else []
+                for r in run.records
+            ]
+            pairs = zip(got, reference, strict=True)
+            worst = max(abs(a - b) for g, w in pairs for a, b in zip(g, w, strict=True))
     n = len(rows)
     ours_s, bare_s = statistics.median(ours), statistics.median(bare)
     print(f"ARC-Easy, {n} documents, {sum(len(r['choices']['text']) for r in rows)} options")
-    print(f"gradetrail cold run: {ours_s:.2f} s ({n / ours_s:.1f} docs/s), medians of {args.rounds}")
+    print(
+        f"gradetrail cold run: {ours_s:.2f} s ({n / ours_s:.1f} docs/s), medians of {args.rounds}"
+    )
     print(f"bare llama-cpp-python loop, from scratch: {bare_s:.2f} s ({n / bare_s:.1f} docs/s)")
     print(f"ratio gradetrail / bare: {ours_s / bare_s:.2f} (target <= 0.7)")
     print(f"cached re-run: {statistics.median(cached):.2f} s, no model call")

@@ -63,8 +63,9 @@ class CompletionsLogprobsAdapter:
             if value is None:  # the prompt's first token: nothing predicts it
                 raise ValueError("the continuation's first token has no log-probability")
             total += float(value)
-            top = (logprobs.get("top_logprobs") or [None] * len(tokens))[i] or {}
-            greedy = greedy and bool(top) and max(top, key=top.get) == tokens[i]
+            top: dict[str, float] = (logprobs.get("top_logprobs") or [None] * len(tokens))[i] or {}
+            best = max(top.items(), key=lambda item: item[1])[0] if top else None
+            greedy = greedy and best == tokens[i]
         usage = body.get("usage") or {}
         return ParsedBody(
             text=request.continuation,

@@ -142,16 +142,19 @@ def test_the_registry_names_the_formats_and_their_suffixes(tmp_path: Path) -> No
     from gradetrail_lib.datasets import dataset_format
     from gradetrail_lib.datasets.registry import format_names
 
-    assert format_names() == ("jsonl", "csv", "parquet")
+    assert format_names() == ("jsonl", "csv", "parquet", "arrow")
     choices = DatasetRef.model_json_schema()["properties"]["format"]["anyOf"][0]["enum"]
     assert choices == list(format_names())
     assert dataset_format(Path("x.CSV")) == "csv"
     assert dataset_format(Path("x.parquet")) == "parquet"
+    assert dataset_format(Path("x.arrow")) == "arrow"
     assert dataset_format(Path("x.txt")) == "jsonl"
     assert dataset_format(Path("x.csv"), "jsonl") == "jsonl"
     with pytest.raises(InputError) as info:
         load_spec(spec_file(tmp_path, "{path: x.tsv, format: tsv}"))
-    assert str(info.value).endswith("dataset.format: Input should be 'jsonl', 'csv' or 'parquet'")
+    assert str(info.value).endswith(
+        "dataset.format: Input should be 'jsonl', 'csv', 'parquet' or 'arrow'"
+    )
 
 
 def test_dataset_ref_rules(tmp_path: Path) -> None:
@@ -249,3 +252,30 @@ def test_hf_hash_changes_with_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     first = load_dataset_ref(ref, tmp_path).content_hash
     hf_cache(tmp_path / "two", monkeypatch, [{**ROWS[0], "answer": "Lyon"}, ROWS[1]])
     assert load_dataset_ref(ref, tmp_path).content_hash != first
+
+
+def test_an_arrow_file_reads_as_datasets_writes_it(tmp_path: Path) -> None:
+    """A Hugging Face Arrow file (an IPC stream) and the file format; `#index` ids."""
+    pa = pytest.importorskip("pyarrow", reason="needs pyarrow: pip install -e '.[hf]'")
+    from gradetrail_lib.datasets.registry import load_dataset
+
+    table = pa.table({"goal": ["a", "b", "c"], "label": [0, 1, 0], "nested": [[1], [2], []]})
+    stream = tmp_path / "data-00000-of-00001.arrow"
+    with pa.OSFile(str(stream), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    dataset = load_dataset(stream, "s.arrow", id_field="#index")
+    assert [(s.id, s.fields["goal"], s.line) for s in dataset.samples] == [
+        ("0", "a", 1), ("1", "b", 2), ("2", "c", 3)
+    ]  # fmt: skip
+    assert dataset.samples[0].fields["nested"] == [1]
+    as_file = tmp_path / "f.arrow"
+    with pa.OSFile(str(as_file), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    assert [s.fields["label"] for s in load_dataset(as_file, "f", id_field="#index").samples] == [
+        0, 1, 0
+    ]  # fmt: skip
+    with pytest.raises(InputError, match="id: missing"):
+        load_dataset(stream, "s.arrow")
+    (tmp_path / "bad.arrow").write_bytes(b"not arrow")
+    with pytest.raises(InputError, match="cannot read Arrow"):
+        load_dataset(tmp_path / "bad.arrow", "bad.arrow", id_field="#index")
