@@ -20,6 +20,7 @@ from gradetrail_lib.errors import (
     InputError,
     Loc,
     UnknownModel,
+    UsageError,
     indexed,
     input_errors,
     one_or_all,
@@ -367,6 +368,8 @@ def load_spec(path: Path | str) -> LoadedSpec:
     doc = load_yaml(path)
     if not isinstance(doc.data, dict):
         raise InputError(str(path), 1, None, "a spec must be a YAML mapping")
+    if "catalog" in doc.data:
+        return _catalog_pointer(doc, path)
     try:
         # The context lets scorers check the files they name (a Python scorer's function,
         # a judge's prompt) against the spec's folder, so a missing one is a load error.
@@ -377,6 +380,35 @@ def load_spec(path: Path | str) -> LoadedSpec:
         raise one_or_all(errors) from None
     _refuse_self_judging(spec, doc, path)
     return LoadedSpec(spec=spec, path=path)
+
+
+def _catalog_pointer(doc: YamlDocument, path: Path) -> LoadedSpec:
+    """A spec file that names a catalogue entry (`catalog: NAME`), with its own `models`
+    (or `model`) instead of the entry's: how an entry joins a specs folder (Dagster)."""
+    data = doc.data
+    assert isinstance(data, dict)
+    extra = sorted(set(data) - {"catalog", "models", "model"})
+    if extra:
+        raise InputError(
+            str(path), doc.line_of((extra[0],)), extra[0],
+            "a catalogue entry's file takes only catalog, and models or model",
+        )  # fmt: skip
+    try:
+        loaded = _load_catalog_entry(f"{catalog.PREFIX}{data['catalog']}")
+    except UsageError as exc:
+        raise InputError(str(path), doc.line_of(("catalog",)), "catalog", str(exc)) from None
+    if "models" not in data and "model" not in data:
+        return loaded
+    fields = loaded.spec.model_dump(
+        mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer", "models"}
+    )
+    fields.update({k: data[k] for k in ("models", "model") if k in data})
+    try:
+        spec = Spec.model_validate(fields, context={"base_dir": loaded.base_dir})
+    except ValidationError as exc:
+        errors = input_errors(exc, str(path), lambda loc: _describe(doc, loc))
+        raise one_or_all(errors) from None
+    return LoadedSpec(spec=spec, path=loaded.path)
 
 
 def _load_catalog_entry(source: str) -> LoadedSpec:

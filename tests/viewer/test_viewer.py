@@ -521,3 +521,41 @@ def test_the_history_plot_shows_every_recorded_run_of_one_identity(tmp_path: Pat
     with Background(root) as base:
         html = get(base, "/").text
     assert "m-1: score pass rate over 2 runs (run history)" in html
+
+
+def test_a_multiple_choice_sample_page_shows_each_options_log_likelihood(tmp_path: Path) -> None:
+    """Options with their log-likelihoods (from the fake's echoed prompt logprobs), the
+    chosen one and the gold one marked."""
+    from tests.support.fake_llm_server import FakeLLMServer
+
+    rows = [{"id": "m1", "q": "The sky is", "opts": ["blue", "a <b>green</b> cheese"], "key": 1}]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with FakeLLMServer(latency_s=0.0) as server:
+        spec = {
+            "name": "mc-view",
+            "dataset": {"path": "data.jsonl"},
+            "prompt": "{{ q }}",
+            "choices": "{{ opts }}",
+            "gold": "{{ key }}",
+            "model": {"provider": "openai_compatible", "name": "fake-1",
+                      "base_url": f"{server.base_url}/v1"},
+        }  # fmt: skip
+        (done,) = run_spec(
+            spec, base_dir=tmp_path, results_root=tmp_path / "r", cache=tmp_path / "c.db"
+        )
+    (record_,) = done.records
+    assert record_.choices is not None and record_.choices.chosen == 0
+    with Background(tmp_path / "r") as base:
+        html = get(base, sample_href(done.run_dir.name, "m1")).text
+    assert "<h2>Choices</h2>" in html
+    assert "a &lt;b&gt;green&lt;/b&gt; cheese" in html  # escaped
+    for option in record_.choices.options:
+        assert option.loglikelihood is not None and f"{option.loglikelihood:.4f}" in html
+    rows_html = re.findall(r"<tr( class=\"chosen\")?><td class=\"mono\">([AB])</td>", html)
+    assert rows_html == [(' class="chosen"', "A"), ("", "B")]
+    chosen_row, gold_row = (
+        html.split('<td class="mono">A</td>')[1],
+        html.split('<td class="mono">B</td>')[1],
+    )
+    assert 'badge chosen">chosen' in chosen_row.split("</tr>")[0]
+    assert 'badge hit">gold' in gold_row.split("</tr>")[0]
