@@ -4,7 +4,7 @@ records' builder) as soon as it is known, so judging overlaps with sending. An a
 batch goes through its step loop (`agents.loop`), each step the same way."""
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -97,13 +97,16 @@ def fetch_responses(
     looked_up: CacheLookup | None = None,
     progress: Progress | None = None,
     listener: ResponseListener | None = None,
+    ahead: Iterable[Sequence[ModelRequest]] | None = None,
 ) -> Responses:
     """Look every key up; call the provider for the misses only, caching each on arrival
     (so a later batch of the run finds it: a run sends a key once, whatever its cache).
 
     `looked_up` is the plan's `look_up` when the caller made it already (to know before
     this step whether anything is to be sent); its time counts as this step's.
-    `listener` sees each response as soon as it is known (to start judging it)."""
+    `listener` sees each response as soon as it is known (to start judging it).
+    `ahead`: the requests of every part of the run, which the backend is told to expect
+    before this part waits (`Backend.expect`: a sender by batch submits them all now)."""
     started = time.perf_counter() - (looked_up.wall_s if looked_up else 0.0)
     limit = providers.concurrency_limit(plan.model.provider)
     if limit is not None:  # e.g. a local llama.cpp server, which answers one at a time
@@ -118,6 +121,8 @@ def fetch_responses(
             plan, cache, backend, started=started, looked_up=looked_up, progress=progress,
             listener=listener,
         )  # fmt: skip
+    if ahead is not None:
+        backend.expect(ahead)
     result = Responses(execution=backend.describe())  # as it ran, limits applied
     unique = plan.unique_requests
     found = looked_up or look_up(plan, cache)

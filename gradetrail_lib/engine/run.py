@@ -82,10 +82,9 @@ def response_batches(
     prepared = False
     done = 0
     timings.setdefault("plan", 0.0)
-    if plan.toolbox is None:  # an agent's steps are known one answer at a time
-        started = time.perf_counter()
-        backend.expect(_misses_by_part(plan, cache, batch_samples))
-        timings["responses"] = timings.get("responses", 0.0) + time.perf_counter() - started
+    # Every part's misses, for the backend to expect before the first part waits (an
+    # agent's steps are known one answer at a time).
+    ahead = _misses_by_part(plan, cache, batch_samples) if plan.toolbox is None else None
     batches = plan.batches(batch_samples)
     while True:
         started = time.perf_counter()  # rendering and keying the batch's requests
@@ -103,7 +102,9 @@ def response_batches(
             responses = fetch_responses(
                 batch, cache, backend, looked_up=looked,
                 progress=_offset(progress, done, plan.item_count), listener=scoring,
+                ahead=ahead,
             )  # fmt: skip
+            ahead = None  # told once
         except BaseException:  # an abort or Ctrl-C: the judge answers that came are kept
             if scoring is not None:
                 scoring.cancel()

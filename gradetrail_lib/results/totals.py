@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gradetrail_lib.providers import registry
+from gradetrail_lib.providers.registry import runs_locally
 from gradetrail_lib.results.keyset import AnyOf, KeySet
 from gradetrail_lib.results.trace import (
     DEFAULT_THRESHOLD,
@@ -114,8 +114,8 @@ class CallCounter:
 
     @property
     def local(self) -> bool:
-        """Every call was to a local model (`registry.runs_locally`): no price applies."""
-        return bool(self.providers) and all(registry.runs_locally(p) for p in self.providers)
+        """Every call was to a local model (`providers.registry.runs_locally`): no price applies."""
+        return bool(self.providers) and all(runs_locally(p) for p in self.providers)
 
     def totals(self) -> CallTotals:
         if self.local:  # no price: no figure, rather than the price list's $0
