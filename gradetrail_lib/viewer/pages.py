@@ -508,8 +508,8 @@ class Pages:
                 check_comparable(ma, mb, scorer, labels=labels)
                 refused = None
             except NotComparable as exc:
-                # The page ends the refusal with its own full stop.
-                refused = str(exc).rstrip(".")
+                # The page's sentence says it would refuse and ends with its own full stop.
+                refused = str(exc).removeprefix("refusing to compare: ").rstrip(".")
             comparison, b_of_a = self._paired(
                 (index_a.signature, index_b.signature, scorer, labels),
                 lambda: _pair(index_a, index_b, ma, mb, scorer, labels),

@@ -107,6 +107,7 @@ def test_the_diff_names_each_run_once_and_a_refusal_ends_once(runs: ViewerRuns, 
     text = re.sub(r"<[^>]+>", "", refused.group(1))
     assert "scorer 'judged' hash differs" in text
     assert ".." not in text and text.endswith("gives.")
+    assert text.startswith("compare would refuse these runs: scorer 'judged' hash differs")
     # Runs with labels of their own keep them beside their names.
     page = unescape(get(url, diff_href(runs.a, runs.b)).text)
     side = re.search(r'<div id="side-b">(.*?)</div>', page, re.S)
