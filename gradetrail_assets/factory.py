@@ -41,7 +41,7 @@ from gradetrail_lib.engine.run import RunOptions, run_model
 from gradetrail_lib.engine.until_decided import DecidedRuns, run_until_decided
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.providers import registry
-from gradetrail_lib.providers.pricing import load_prices
+from gradetrail_lib.providers.pricing import LOCAL_COST, load_prices
 from gradetrail_lib.report.html import write_report
 from gradetrail_lib.results.runs import RESULTS_FILE, load_run
 from gradetrail_lib.results.text import markdown_text
@@ -107,6 +107,16 @@ def incumbent_of(loaded: LoadedSpec) -> str | None:
     return watch.incumbent if watch is not None else None
 
 
+def _usd_metadata(usd: float | None, *, local: bool) -> Any:
+    """A float Dagster plots; text where there is no figure: a local model's no price, or
+    an unknown one."""
+    if local:
+        return dg.MetadataValue.text(LOCAL_COST)
+    if usd is None:
+        return dg.MetadataValue.text("unknown (no price)")
+    return dg.MetadataValue.float(usd)
+
+
 def release_metadata(decided: DecidedRuns) -> dict[str, Any]:
     """The release check's verdict, its method, the cases used and what it cost."""
     d = decided.decision
@@ -123,12 +133,8 @@ def release_metadata(decided: DecidedRuns) -> dict[str, Any]:
         "difference": dg.MetadataValue.float(d.difference),
         "sequence_low": dg.MetadataValue.float(d.low),
         "sequence_high": dg.MetadataValue.float(d.high),
-        "cost_usd": dg.MetadataValue.float(decided.cost_usd)
-        if decided.cost_usd is not None
-        else dg.MetadataValue.text("unknown (no price)"),
-        "saved_usd": dg.MetadataValue.float(decided.saved_usd)
-        if decided.saved_usd is not None
-        else dg.MetadataValue.text("unknown (no price)"),
+        "cost_usd": _usd_metadata(decided.cost_usd, local=decided.local),
+        "saved_usd": _usd_metadata(decided.saved_usd, local=decided.local),
         "incumbent_run": dg.MetadataValue.path(str(decided.incumbent.run_dir)),
         "challenger_run": dg.MetadataValue.path(str(decided.challenger.run_dir)),
         "sequential": dg.MetadataValue.json(decided.sequential()),

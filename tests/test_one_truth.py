@@ -34,6 +34,7 @@ from gradetrail_lib.viewer.app import create_app
 from tests.support.fake_llm_server import FakeLLMServer
 
 MODEL = "smollm2-135m"
+TWIN = "smollm2-twin"  # a second local model, for a release check
 # The fake server answers "Answer: a+b"; the stored answer of s2 is wrong, so `num`
 # passes 3 of 4. The judge's grades: C, C, I, and an output cut off before its grade.
 ROWS = [
@@ -73,7 +74,7 @@ def local_on_fake(
     class FakeShared:
         @contextlib.contextmanager
         def serve(self, name: str) -> Iterator[str]:
-            assert name == MODEL
+            assert name in (MODEL, TWIN)
             yield f"{fake_server.base_url}/v1"
 
     monkeypatch.setattr(local_server, "_SHARED", FakeShared())
@@ -264,3 +265,31 @@ def test_a_manifest_from_before_judge_errors_reads_a_judge_scorers_errors_as_its
     assert ScorerFigures.model_validate({**older, "type": "python"}).judge_errors == 0
     written = {**older, "type": "judge", "errors": 2, "judge_errors": 1}
     assert ScorerFigures.model_validate(written).judge_errors == 1
+
+
+def test_a_release_check_between_local_models_pays_no_price_and_says_so(
+    tmp_path: Path, local_on_fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second local model, served by the same fake server (the provider takes any model
+    # LOCAL_MODELS names).
+    monkeypatch.setitem(local_server.LOCAL_MODELS, TWIN, local_server.LOCAL_MODELS[MODEL])
+    specs = write_project(tmp_path)
+    spec = specs / "truth.yaml"
+    spec.write_text(
+        SPEC.replace(
+            f"model: {{provider: local, name: {MODEL}}}",
+            f"models:\n  - {{provider: local, name: {MODEL}}}\n"
+            f"  - {{provider: local, name: {TWIN}}}",
+        ).replace("  - name: judged\n    type: judge\n    prompt_file: judge.j2\n"
+                  "    model: {provider: scripted, name: grader, answer_field: grade}\n", "")
+    )  # fmt: skip
+    out = cli_out(
+        "run", str(spec), "--until-decided", "--model", TWIN, "--against", MODEL,
+        "--chunk", "2", "--max-cost", "0.01", "--cache", str(tmp_path / "c.duckdb"),
+        "--results", str(tmp_path / "results"),
+    )  # fmt: skip
+    assert f"paid {LOCAL_COST}, saved {LOCAL_COST}" in out
+    assert local_on_fake.calls == 2 * SAMPLES  # every case of both: the budget never ran out
+    (manifest_path, *_) = (tmp_path / "results").glob("until-decided/*/*/manifest.json")
+    sequential = json.loads(manifest_path.read_text())["sequential"]
+    assert sequential["local"] is True and sequential["cost_usd"] is None

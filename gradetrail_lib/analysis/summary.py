@@ -15,7 +15,7 @@ stores it, and `compare`, `cost`, the report, the viewer and the Dagster assets 
   JSON, never $0 (`CallTotals.local`).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +145,13 @@ def format_cost(totals: CallTotals) -> str:
         return f"{paid} paid; {format_usd(reused)} reused from cache"
     whence = "by shared requests" if not totals.cache_hits else "from cache and by shared requests"
     return f"{paid} paid; {format_usd(reused)} reused ({whence})"
+
+
+def all_local(totals: Iterable[CallTotals]) -> bool:
+    """Every role among `totals` that made a call ran a local model (and one did): there
+    is no price to give, only `LOCAL_COST`."""
+    used = [t for t in totals if t.calls or t.cache_hits or t.shared]
+    return bool(used) and all(t.local for t in used)
 
 
 def format_total_cost(totals: CallTotals) -> str:

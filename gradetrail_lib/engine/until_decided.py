@@ -35,6 +35,7 @@ from gradetrail_lib.analysis.stats.sequential import (
     SequentialDecision,
     decide,
 )
+from gradetrail_lib.analysis.summary import all_local
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.datasets.dataset import Sample, in_memory
@@ -42,6 +43,7 @@ from gradetrail_lib.engine.plan import RunPlan
 from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.history.entries import HistoryStore
+from gradetrail_lib.providers.pricing import LOCAL_COST
 from gradetrail_lib.results.keyset import AnyOf
 from gradetrail_lib.results.runs import MANIFEST_FILE
 from gradetrail_lib.results.trace import TraceRecord
@@ -73,6 +75,8 @@ class DecidedRuns:
     cost_usd: float | None
     # What the cases not sent would have cost at the average cost of a case so far.
     saved_usd: float | None
+    # Every call was a local model's: no price, so both figures read `LOCAL_COST` (null).
+    local: bool = False
 
     def sequential(self) -> dict[str, Any]:
         """The manifest's and the summary's record of the decision."""
@@ -87,8 +91,9 @@ class DecidedRuns:
             }.get(d.verdict),
             "order_seed": self.seed,
             "chunk": self.chunk,
-            "cost_usd": self.cost_usd,
-            "saved_usd": self.saved_usd,
+            "cost_usd": None if self.local else self.cost_usd,
+            "saved_usd": None if self.local else self.saved_usd,
+            "local": self.local,
             "saved_usd_method": "the cases not sent at the mean cost per case sent",
         }
 
@@ -96,6 +101,8 @@ class DecidedRuns:
         d = self.decision
         saved = "unknown (no price)" if self.saved_usd is None else f"${self.saved_usd:.4f}"
         paid = "unknown (no price)" if self.cost_usd is None else f"${self.cost_usd:.4f}"
+        if self.local:
+            saved = paid = LOCAL_COST
         winner = {
             "B": f"{self.challenger.manifest.label} (challenger) is better",
             "A": f"{self.incumbent.manifest.label} (incumbent) is better",
@@ -127,7 +134,9 @@ def _values(records: Sequence[TraceRecord], scorer: str) -> dict[tuple[str, int]
 
 
 def _paid(run: CompletedRun) -> float | None:
-    paid = [run.manifest.target.cost_paid_usd, run.manifest.judge.cost_paid_usd]
+    # A local model's calls have no price: nothing paid, as `--max-cost` reads them.
+    roles = (run.manifest.target, run.manifest.judge)
+    paid = [0.0 if t.local else t.cost_paid_usd for t in roles]
     return None if any(p is None for p in paid) else math.fsum(p or 0.0 for p in paid)
 
 
@@ -224,6 +233,9 @@ def run_until_decided(
         chunk=chunk,
         cost_usd=paid,
         saved_usd=saved,
+        local=all_local(
+            t for run in runs.values() for t in (run.manifest.target, run.manifest.judge)
+        ),
     )
     record = result.sequential()
     return replace(
