@@ -403,6 +403,30 @@ def reproducibility_facts(model: Manifest) -> list[tuple[str, str]]:
         ("judge errors (no usable grade)", format_judge_errors(RunSummary.of(model)) or "none"),
         ("judge cost", format_cost(model.judge)),
         *_usage_facts(model),
+        *_release_facts(model),
+    ]
+
+
+def _release_facts(model: Manifest) -> list[tuple[str, str]]:
+    """A run of a release check (`run --until-decided`): its verdict, with the method, the
+    sequence and the cases used, so the report of its few cases says why they are few."""
+    check = model.sequential
+    if not check:
+        return []
+    sequence = check.get("confidence_sequence")
+    bounds = (
+        f"[{float(sequence['low']):+.3f}, {float(sequence['high']):+.3f}]"  # type: ignore[arg-type]
+        if isinstance(sequence, Mapping)
+        else "unknown"
+    )
+    return [
+        (
+            "release check (until decided)",
+            f"{_text(check.get('verdict'))} (winner {_text(check.get('winner'))}): "
+            f"{_text(check.get('challenger'))} against {_text(check.get('incumbent'))}, "
+            f"confidence sequence {bounds} ({_text(check.get('method'))}), "
+            f"{_text(check.get('cases_used'))} of {_text(check.get('cases_available'))} cases",
+        )
     ]
 
 

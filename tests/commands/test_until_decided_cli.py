@@ -58,6 +58,13 @@ def test_until_decided_names_the_winner_and_writes_two_normal_runs(spec: Path) -
     compared = run_cli("compare", str(dirs[0]), str(dirs[1]), cwd=root)
     assert compared.returncode == 0, compared.stderr
     assert "Verdict: B" in compared.stdout
+    # The report reads them too, and says why they hold few cases.
+    report = root / "r.html"
+    made = run_cli("report", str(dirs[0]), str(dirs[1]), "--output", str(report), cwd=root)
+    assert made.returncode == 0, made.stderr
+    html = report.read_text()
+    assert "release check (until decided)" in html and "betting-cs-wsr-2024" in html
+    assert "B (winner rel/y): rel/y against rel/x" in html
 
 
 @pytest.mark.parametrize(
