@@ -67,13 +67,22 @@ EXECUTORS: dict[str, Callable[[Mapping[str, str]], dg.ExecutorDefinition]] = {
 def executor_from_environment(env: Mapping[str, str] | None = None) -> dg.ExecutorDefinition | None:
     """The executor GRADETRAIL_DAGSTER_EXECUTOR names, or None for Dagster's default."""
     env = os.environ if env is None else env
-    name = env.get(EXECUTOR_ENV, "").strip()
+    return build_executor(env.get(EXECUTOR_ENV, ""), env, named_by=EXECUTOR_ENV)
+
+
+def build_executor(
+    name: str | None, env: Mapping[str, str] | None = None, *, named_by: str = "executor"
+) -> dg.ExecutorDefinition | None:
+    """The executor called `name` (`EXECUTORS`), or None (no name) for Dagster's default.
+    `named_by` says where the name came from in the error for an unknown one."""
+    env = os.environ if env is None else env
+    name = (name or "").strip()
     if not name:
         return None
     build = EXECUTORS.get(name)
     if build is None:
         raise UsageError(
-            f"{EXECUTOR_ENV}={name!r}: unknown executor; use one of {', '.join(EXECUTORS)} "
+            f"{named_by}={name!r}: unknown executor; use one of {', '.join(EXECUTORS)} "
             "(or leave it unset for Dagster's default)"
         )
     return build(env)

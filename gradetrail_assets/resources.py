@@ -1,7 +1,7 @@
 """Resources: where the cache, tables and run directories live, and how requests are sent."""
 
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ from gradetrail_lib.cache.location import (
 )
 from gradetrail_lib.cache.postgres import PostgresCache
 from gradetrail_lib.cache.responses import ResponseCache
-from gradetrail_lib.cache.urls import password_of, without_password
+from gradetrail_lib.cache.urls import password_of, redact, without_password
+from gradetrail_lib.errors import UsageError
 from gradetrail_lib.history.entries import HistoryStore
 from gradetrail_lib.history.store import open_history
 from gradetrail_lib.settings import DEFAULT_DATABASE, DEFAULTS, ENVIRONMENT, Settings
@@ -118,15 +119,29 @@ class GradetrailResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         )
 
 
-def settings_from_environment() -> GradetrailResource:
-    """The resource as the environment configures it (GRADETRAIL_* variables). A cache
-    or store URL that carries a password is given as `dg.EnvVar`, which Dagster reads
-    when a run starts and shows by its variable's name: the password never enters the
-    definitions, so no page of the UI shows it."""
-    settings = Settings.from_environment()
+def settings_from_environment(
+    given: Mapping[str, Any] | None = None, *, where: str = "settings"
+) -> GradetrailResource:
+    """The resource as the environment configures it (GRADETRAIL_* variables), the
+    settings in `given` (by `Settings` field, e.g. a Component's attributes) set as given.
+    A cache or store URL from the environment that carries a password is given as
+    `dg.EnvVar`, which Dagster reads when a run starts and shows by its variable's name:
+    the password never enters the definitions, so no page of the UI shows it. A given
+    one is refused (it was written in a file, `where`): the password belongs in
+    PGPASSWORD or ~/.pgpass, or the URL in the environment."""
+    given = dict(given or {})
+    for name in ("database", "store"):
+        value = given.get(name)
+        if isinstance(value, str) and password_of(value):
+            raise UsageError(
+                f"{where}: {name} {redact(value)!r} holds a password; keep it out of the "
+                f"file: set PGPASSWORD (or ~/.pgpass), or leave {name} unset and put the URL "
+                f"in {ENVIRONMENT[name]}"
+            )
+    settings = replace(Settings.from_environment(), **given)
     secret: dict[str, Any] = {}
     for name in ("database", "store"):
         value = getattr(settings, name)
-        if value is not None and password_of(value):
+        if name not in given and value is not None and password_of(value):
             secret[name] = dg.EnvVar(ENVIRONMENT[name])
     return GradetrailResource.from_settings(settings, **secret)

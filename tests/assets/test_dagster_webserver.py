@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from gradetrail_lib.spec.identity import scorer_hash
 from gradetrail_lib.spec.spec import load_spec
@@ -59,9 +60,12 @@ def wait_loaded(port: int, proc: subprocess.Popen[bytes], timeout_s: float = 120
     raise AssertionError("code location did not load in time")
 
 
+@pytest.mark.parametrize("command", ["dagster dev -w workspace.yaml", "dg dev"])
 def test_dagster_dev_serves_the_graph_schedule_and_sensors(
-    tmp_path: Path, fake_server: FakeLLMServer
+    tmp_path: Path, fake_server: FakeLLMServer, command: str
 ) -> None:
+    """The same graph, schedule and sensors from `workspace.yaml` and from the repository's
+    dg project (its defs folder's Component), each served for real."""
     specs = tmp_path / "specs"
     specs.mkdir()
     write_addition_dataset(specs / "data" / "add.jsonl", 4)
@@ -86,14 +90,25 @@ def test_dagster_dev_serves_the_graph_schedule_and_sensors(
         "GRADETRAIL_SPECS": str(specs),
         "GRADETRAIL_CACHE": str(tmp_path / "db.duckdb"),
         "DAGSTER_DISABLE_TELEMETRY": "yes",
+        "DAGSTER_DG_UPDATE_CHECK_ENABLED": "0",
     }
-    dagster = Path(sys.executable).with_name("dagster")
+    if command == "dg dev":  # run in the project, as its docs say; dg finds its tools on PATH
+        argv = [str(Path(sys.executable).with_name("dg")), "dev", "--host", "127.0.0.1",
+                "--port", str(port)]  # fmt: skip
+        cwd = REPO
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    else:
+        argv = [str(Path(sys.executable).with_name("dagster")), "dev", "-w",
+                str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)]  # fmt: skip
+        cwd = tmp_path
     proc = subprocess.Popen(
-        [str(dagster), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1",
-         "-p", str(port)],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         wait_loaded(port, proc)
         data = graphql(port, GRAPH_QUERY)
