@@ -16,7 +16,6 @@ from typing import Any
 
 from gradetrail_lib.analysis.calibration import summary_lines
 from gradetrail_lib.analysis.summary import format_summary
-from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.backends.batch import BATCH_MODES, BatchOptions
 from gradetrail_lib.cache.location import parse_location
 from gradetrail_lib.commands import until_decided
@@ -145,17 +144,6 @@ def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     run.set_defaults(handler=run_command)
 
 
-def make_backend(args: argparse.Namespace) -> Backend:
-    """The backend `run`'s flags describe (`--until-decided`'s too)."""
-    return build_backend(
-        args.backend,
-        concurrency=args.concurrency,
-        workers=args.workers,
-        address=args.ray_address,
-        max_concurrency=args.max_concurrency,
-    )
-
-
 # How the CLI spells the options the engine's rules name.
 FLAGS = OptionNames(
     batch="--batch",
@@ -163,21 +151,19 @@ FLAGS = OptionNames(
     models="--models",
     base_url="--base-url",
     max_cost="--max-cost",
+    until_decided="--until-decided",
+    against="--against",
+    new_model="--model or --models",
 )
 
 
-def run_command(args: argparse.Namespace) -> int:
-    until_decided.check(args)
-    if args.until_decided and args.json:
-        raise UsageError("--json is not for --until-decided (its decision is in the manifests)")
-    if args.until_decided:
-        return until_decided.until_decided_command(args)
-    # Python's start-up, the imports and the argument parsing, before any of this.
-    startup_s = since_start()
-    folder = args.spec.is_dir()
-    request = RunRequest(
+def request_of(
+    args: argparse.Namespace, models: list[str], startup_s: float | None = None
+) -> RunRequest:
+    """What `run`'s flags ask for, as the engine takes it (`--until-decided`'s too)."""
+    return RunRequest(
         spec=args.spec,
-        models=_models_flag(args),
+        models=models,
         model=args.model,
         base_url=args.base_url,
         repeats=args.repeats,
@@ -201,6 +187,18 @@ def run_command(args: argparse.Namespace) -> int:
         startup_s=startup_s,
         names=FLAGS,
     )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    until_decided.check(args)
+    if args.until_decided and args.json:
+        raise UsageError("--json is not for --until-decided (its decision is in the manifests)")
+    if args.until_decided:
+        return until_decided.until_decided_command(args)
+    # Python's start-up, the imports and the argument parsing, before any of this.
+    startup_s = since_start()
+    folder = args.spec.is_dir()
+    request = request_of(args, _models_flag(args), startup_s)
     hooks = Collected(folder) if args.json else Printed(folder)
     specs = run_request(request, hooks)
     # A spec's status: 0 when any of its models scored a sample, else (or aborted) 1.

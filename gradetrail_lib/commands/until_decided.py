@@ -8,10 +8,9 @@ import argparse
 import sys
 
 from gradetrail_lib.analysis.stats.defaults import DEFAULT_GATE_THRESHOLD
-from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.commands.options import positive_int
-from gradetrail_lib.engine.api import plan_spec
-from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK, run_until_decided
+from gradetrail_lib.engine.api import Decision, decide_request
+from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK
 from gradetrail_lib.errors import UsageError
 
 EXIT_OK = 0
@@ -79,41 +78,24 @@ def check(args: argparse.Namespace) -> None:
         return
     if args.against is None:
         raise UsageError("--until-decided needs --against INCUMBENT (the model in use)")
-    new = [args.model] if args.model else [m for m in (args.models or "").split(",") if m]
-    if len(new) != 1:
-        raise UsageError("--until-decided needs exactly one new model (--model or --models)")
-    if args.spec.is_dir():
-        raise UsageError("--until-decided runs one spec, not a folder")
-    if args.no_cache:
-        raise UsageError(
-            "--until-decided needs the cache (the cases it sends are kept there, so the "
-            "run directories written once it decides pay nothing again): drop --no-cache"
-        )
-    if args.batch != "off":
-        raise UsageError("--until-decided sends each chunk at once: drop --batch")
+    # The rules of a release check among the run's options are the engine's
+    # (`engine.rules.check_decision`); these are the flags of this mode alone.
     if not 0 <= args.margin < 1:
         raise UsageError(f"--margin must be in [0, 1), not {args.margin}")
 
 
 def until_decided_command(args: argparse.Namespace) -> int:
-    # `run`'s backend from its flags; imported here, as `run` imports this module.
-    from gradetrail_lib.commands.run import make_backend
+    # `run`'s request from its flags; imported here, as `run` imports this module.
+    from gradetrail_lib.commands.run import request_of
 
     check(args)
-    new = args.model or args.models
-    planned = plan_spec(args.spec, [args.against, new], base_url=args.base_url,
-                        repeats=args.repeats)  # fmt: skip
-    incumbent, challenger = planned.plans
-    if incumbent.model.name == challenger.model.name:
-        raise UsageError(f"--against {args.against}: the new model is the incumbent")
-    cache = open_cache(args.cache)
-    backend = make_backend(args)
-    with backend.session():
-        decided = run_until_decided(
-            incumbent, challenger, cache, backend, args.results,
-            seed=args.order_seed, chunk=args.chunk, max_samples=args.max_samples,
-            max_cost=args.max_cost, margin=args.margin,
-        )  # fmt: skip
+    # Names of the spec's models or provider/name, as `--against` is.
+    new = [args.model] if args.model else [m for m in (args.models or "").split(",") if m]
+    decision = Decision(
+        against=args.against, seed=args.order_seed, chunk=args.chunk,
+        max_samples=args.max_samples, margin=args.margin,
+    )  # fmt: skip
+    decided = decide_request(request_of(args, new), decision)
     out = sys.stdout
     print(decided.describe(), file=out)
     print(f"Incumbent: {decided.incumbent.run_dir}", file=out)

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradetrail_lib.backends import build_backend
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_GATE_THRESHOLD
+from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.backends.batch import BatchOptions, parse_batch_mode
 from gradetrail_lib.cache.location import default_cache_location, open_cache
 from gradetrail_lib.engine.estimate import check_max_cost, estimate_run, sent_by_batch
@@ -28,8 +29,10 @@ from gradetrail_lib.engine.rules import (
     OptionNames,
     base_url_needs_models,
     batch_needs_the_cache,
+    check_decision,
 )
 from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
+from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK, DecidedRuns, run_until_decided
 from gradetrail_lib.errors import (
     InputError,
     InputErrors,
@@ -227,6 +230,16 @@ def _as_input_errors(path: Path, exc: Exception) -> list[InputError]:
 _BATCH_WAITS = ("batch_timeout_s", "batch_poll_s", "batch_poll_max_s")
 
 
+def _backend_of(request: RunRequest) -> Backend:
+    return build_backend(
+        request.backend,
+        concurrency=request.concurrency,
+        workers=request.workers,
+        address=request.ray_address,
+        max_concurrency=request.max_concurrency,
+    )
+
+
 def run_request(request: RunRequest, hooks: RunHooks | None = None) -> list[SpecRuns]:
     """Every spec of the request, each model in order, through one backend session, one
     cache and one history; every input checked, and the cost limit, before any call."""
@@ -234,13 +247,7 @@ def run_request(request: RunRequest, hooks: RunHooks | None = None) -> list[Spec
     check_request(request)
     mode = parse_batch_mode(request.batch)
     jobs = plan_request(request, hooks)
-    backend = build_backend(
-        request.backend,
-        concurrency=request.concurrency,
-        workers=request.workers,
-        address=request.ray_address,
-        max_concurrency=request.max_concurrency,
-    )
+    backend = _backend_of(request)
     results_root = Path(request.results_root)
     location = request.cache or default_cache_location()
     # Reached first, so that a store refused or out of reach fails before anything is
@@ -328,3 +335,48 @@ def run_spec(
         max_cost=max_cost,
     )
     return [done for each in run_request(request) for done in each.runs]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """How a release check goes (`engine.until_decided`): the incumbent the new model
+    is checked against, the cases' seeded order, the chunk, the most cases, and the
+    margin within which the two are equivalent."""
+
+    against: str
+    seed: int = 0
+    chunk: int = DEFAULT_CHUNK
+    max_samples: int | None = None
+    margin: float = DEFAULT_GATE_THRESHOLD
+
+
+def decide_request(request: RunRequest, decision: Decision) -> DecidedRuns:
+    """A release check through the same wiring as a run: the request's one new model
+    (`models` or `model`) against `decision.against` on its one spec, chunk by chunk
+    until decided (`engine.until_decided.run_until_decided`), the request's cost limit
+    its budget; every input checked before the backend and the cache are opened."""
+    names = request.names
+    new = [*request.models] or ([request.model] if request.model else [])
+    source = request.spec
+    check_decision(
+        read_cache=request.read_cache,
+        batch_off=parse_batch_mode(request.batch) == "off",
+        new_models=len(new),
+        folder=isinstance(source, str | Path) and Path(source).is_dir(),
+        names=names,
+    )
+    planned = plan_spec(
+        source, [decision.against, new[0]], base_dir=request.base_dir,
+        base_url=request.base_url, repeats=request.repeats,
+    )  # fmt: skip
+    incumbent, challenger = planned.plans
+    if incumbent.model.name == challenger.model.name:
+        raise UsageError(f"{names.against} {decision.against}: the new model is the incumbent")
+    backend = _backend_of(request)
+    cache = open_cache(request.cache or default_cache_location())
+    with backend.session():
+        return run_until_decided(
+            incumbent, challenger, cache, backend, Path(request.results_root),
+            seed=decision.seed, chunk=decision.chunk, max_samples=decision.max_samples,
+            max_cost=request.max_cost, margin=decision.margin,
+        )  # fmt: skip

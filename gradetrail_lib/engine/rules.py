@@ -16,6 +16,9 @@ class OptionNames:
     models: str = "models=[...]"
     base_url: str = "base_url"
     max_cost: str = "max_cost"
+    until_decided: str = "decide_request"
+    against: str = "against"
+    new_model: str = "models=[NEW]"
 
 
 PYTHON_NAMES = OptionNames()
@@ -37,3 +40,22 @@ def base_url_needs_models(names: OptionNames = PYTHON_NAMES) -> UsageError:
         f"{names.base_url} is the endpoint of the models given by {names.models}; "
         f"give {names.models}"
     )
+
+
+def check_decision(
+    *, read_cache: bool, batch_off: bool, new_models: int, folder: bool, names: OptionNames
+) -> None:
+    """A release check (`until_decided`): one new model of one spec against the
+    incumbent, its chunks sent at once and kept in the cache."""
+    until = names.until_decided
+    if new_models != 1:
+        raise UsageError(f"{until} needs exactly one new model ({names.new_model})")
+    if folder:
+        raise UsageError(f"{until} runs one spec, not a folder")
+    if not read_cache:
+        raise UsageError(
+            f"{until} needs the cache (the cases it sends are kept there, so the run "
+            f"directories written once it decides pay nothing again): drop {names.no_cache}"
+        )
+    if not batch_off:
+        raise UsageError(f"{until} sends each chunk at once: drop {names.batch}")

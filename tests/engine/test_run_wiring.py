@@ -3,6 +3,7 @@ folder of specs, a spec whose run aborts, a model no spec has, and batch without
 cache, each rule the same in both and each message naming the option of the surface it
 was given in (a flag in the CLI, an argument in Python). The CLI runs in process here."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,24 @@ def test_a_base_url_without_models_is_refused_in_each_surface_s_words(
     with pytest.raises(UsageError, match=r"base_url is the endpoint .* give models=\[\.\.\.\]"):
         run_spec(spec, results_root=tmp_path / "results", base_url="http://127.0.0.1:9")
     assert not (tmp_path / "results").exists()
+
+
+def test_a_release_check_goes_through_the_same_wiring_and_rules(tmp_path: Path) -> None:
+    """`run --until-decided` is `decide_request`: its rules are the engine's, worded
+    with the surface's names (the CLI's are pinned in tests/commands)."""
+    from gradetrail_lib.engine.api import Decision, RunRequest, decide_request
+
+    spec = write_scripted_spec(tmp_path / "s.yaml", "s", models=("x", "y"))
+    base = {"spec": spec, "results_root": tmp_path / "results", "cache": tmp_path / "c.db"}
+    for request, message in (
+        (RunRequest(**base, model="y", read_cache=False), "decide_request needs the cache"),
+        (RunRequest(**base, model="y", batch="all"), "sends each chunk at once: drop batch"),
+        (RunRequest(**base), "needs exactly one new model (models=[NEW])"),
+        (RunRequest(**base, model="x"), "against x: the new model is the incumbent"),
+    ):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            decide_request(request, Decision(against="x"))
+    assert not (tmp_path / "results").exists() and not (tmp_path / "c.db").exists()
+    decided = decide_request(RunRequest(**base, model="y"), Decision(against="x", chunk=2))
+    assert decided.incumbent.manifest.model.requested == "x"
+    assert decided.challenger.manifest.model.requested == "y"
