@@ -8,8 +8,9 @@ bytes and every file a scorer or judge reads.
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from gradetrail_lib.datasets.registry import package_file
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.providers.request import key_base_url, request_params
@@ -69,12 +70,38 @@ def scorer_hash(loaded: LoadedSpec) -> str:
     return hash_json(list(scorer_hashes(loaded).items()))
 
 
+def fewshot_files(loaded: LoadedSpec) -> dict[str, Path]:
+    """The few-shot examples' file, when they come from one other than the dataset (its
+    rows enter every prompt)."""
+    config = loaded.spec.fewshot
+    source = config.source if config is not None else None
+    if source is None or source.path is None:
+        return {}
+    if source.package is not None:
+        return {"fewshot.source": package_file(source.package, source.path)}
+    return {"fewshot.source": loaded.resolve(source.path)}
+
+
+def _choice_fields(loaded: LoadedSpec) -> dict[str, Any]:
+    """What a multiple-choice or few-shot spec adds to its requests (nothing otherwise, so
+    the hashes of other specs stay)."""
+    spec = loaded.spec
+    if spec.choices is None and spec.fewshot is None:
+        return {}
+    fields = spec.model_dump(
+        mode="json",
+        include={"choices", "gold", "method", "choice_prefix", "unconditional_context", "fewshot"},
+        exclude_none=True,
+    )
+    return {**fields, "fewshot_files": file_hashes(fewshot_files(loaded))}
+
+
 def requests_hash(loaded: LoadedSpec, model: ModelConfig) -> str:
     """Covers what enters the requests but the data (the responses asset's code version)."""
     spec = loaded.spec
-    agent = {}
+    agent: dict[str, Any] = _choice_fields(loaded)
     if spec.messages is not None or spec.tools is not None:  # absent otherwise: hashes stay
-        agent = {
+        agent |= {
             "messages": [m.model_dump(mode="json") for m in spec.messages or []],
             "tools": [t.model_dump(mode="json", exclude_none=True) for t in spec.tools or []],
             "tool_choice": spec.tool_choice,
@@ -95,7 +122,7 @@ def requests_hash(loaded: LoadedSpec, model: ModelConfig) -> str:
 
 
 def run_identity(loaded: LoadedSpec, dataset_hash: str) -> str:
-    files = {**scorer_files(loaded), **tool_files(loaded)}
+    files = {**scorer_files(loaded), **tool_files(loaded), **fewshot_files(loaded)}
     return hash_json(
         {"spec": spec_hash(loaded), "dataset": dataset_hash, "files": file_hashes(files)}
     )

@@ -184,3 +184,21 @@ def test_a_letter_is_read_from_an_answer() -> None:
         "B. y",
         "Answer with the letter of the correct option only.",
     ]
+
+
+def test_fewshot_source_and_choices_enter_the_identity_and_the_requests_hash(
+    tmp_path: Path,
+) -> None:
+    from gradetrail_lib.spec.identity import requests_hash, run_identity
+
+    (tmp_path / "shots.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    text = SPEC + "fewshot: {k: 1, source: {path: shots.jsonl}}\n"
+    loaded = load_spec(write(tmp_path, text))
+    model = loaded.spec.models[0]
+    identity, requests = run_identity(loaded, "d"), requests_hash(loaded, model)
+    rows = [dict(r, q=f"{r['q']} (edited)") for r in ROWS]
+    (tmp_path / "shots.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_identity(loaded, "d") != identity  # the examples' rows changed
+    assert requests_hash(loaded, model) != requests
+    other = load_spec(write(tmp_path, text.replace('gold: "{{ key }}"', 'gold: "{{ 0 }}"')))
+    assert requests_hash(other, model) != requests_hash(loaded, model)
