@@ -227,21 +227,14 @@ def test_repeated_fatal_errors_abort_the_run(tmp_path: Path, fake_server: FakeLL
 
 
 def test_missing_api_key_aborts_before_any_request(
-    tmp_path: Path, fake_server: FakeLLMServer
+    tmp_path: Path, fake_server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_addition_dataset(tmp_path / "data" / "add.jsonl", 10)
     spec = write_spec(
         tmp_path / "add.yaml", base_url=f"{fake_server.base_url}/v1", provider="anthropic"
     )
-    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    done = subprocess.run(
-        [sys.executable, "-m", "gradetrail_lib.cli", "run", str(spec)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    done = run_cli("run", str(spec), cwd=tmp_path)
     assert done.returncode == 1
     assert "ANTHROPIC_API_KEY is not set" in done.stderr
     assert fake_server.calls == 0

@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from gradetrail_lib.labels.store import read_labels
 from tests.conftest import REPO, needs_local_model, run_cli
 
@@ -23,6 +25,7 @@ def test_thirty_labels_one_per_sample_with_the_answer_read() -> None:
 
 
 @needs_local_model
+@pytest.mark.slow  # the local model answers 60 questions
 def test_calibrate_the_135m_judge_offline(tmp_path: Path) -> None:
     for part in ("capitals.yaml", "data", "judges", "scorers"):
         source = REPO / "specs" / part

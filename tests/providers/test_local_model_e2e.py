@@ -5,10 +5,13 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, needs_local_model, read_results, run_cli
 
 
 @needs_local_model
+@pytest.mark.slow  # the local model
 def test_local_model_runs_scores_and_caches(tmp_path: Path) -> None:
     shipped = (REPO / "specs" / "data" / "capitals.jsonl").read_text().splitlines()
     data = tmp_path / "data" / "capitals.jsonl"
