@@ -30,7 +30,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -289,7 +289,10 @@ class PostgresCache(PostgresDatabase):
         # then reads from PGPASSWORD or ~/.pgpass as it did for the run.
         self.location = without_password(url)
         self.journals = journal_folder(where)
-        replay(self.journals, self, COLUMN_NAMES)  # what a killed writer had not stored
+        # What a killed writer had not stored. A home folder this process cannot write
+        # (a locked-down container) leaves the journal out rather than the cache.
+        with suppress(OSError):
+            replay(self.journals, self, COLUMN_NAMES)
 
     def cached_keys(self, keys: Sequence[str]) -> set[str]:
         found: set[str] = set()
@@ -353,7 +356,11 @@ class PostgresCache(PostgresDatabase):
 
     @contextmanager
     def writer(self) -> Iterator[CacheWriter]:
-        writer = CacheWriter(self, journal=Journal(self.journals, response_row))
+        try:
+            journal: Journal | None = Journal(self.journals, response_row)
+        except OSError:  # no writable home folder: the bursts' bounded delay only
+            journal = None
+        writer = CacheWriter(self, journal=journal)
         try:
             yield writer
         finally:

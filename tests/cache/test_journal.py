@@ -141,3 +141,15 @@ def test_a_failed_write_keeps_the_journal_for_the_next_opening(cache_location: s
     assert len(journals(cache)) == 1
     assert open_cache(cache_location).cached_keys(["a"]) == {"a"}
     assert journals(cache) == []
+
+
+def test_a_postgres_cache_goes_without_a_journal_where_it_cannot_make_one(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # as a read-only home folder
+    cache = open_cache(postgres_url)
+    with cache.writer() as writer:
+        writer.put(*item("a"))
+    assert cache.cached_keys(["a"]) == {"a"}
