@@ -194,7 +194,8 @@ def run_command(args: argparse.Namespace) -> int:
     if args.until_decided and args.json:
         raise UsageError("--json is not for --until-decided (its decision is in the manifests)")
     if args.until_decided:
-        return until_decided.until_decided_command(args)
+        request = request_of(args, until_decided.new_models(args))
+        return until_decided.until_decided_command(args, request)
     # Python's start-up, the imports and the argument parsing, before any of this.
     startup_s = since_start()
     folder = args.spec.is_dir()

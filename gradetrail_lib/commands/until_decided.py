@@ -9,7 +9,7 @@ import sys
 
 from gradetrail_lib.analysis.stats.defaults import DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.commands.options import positive_int
-from gradetrail_lib.engine.api import Decision, decide_request
+from gradetrail_lib.engine.api import Decision, RunRequest, decide_request
 from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK
 from gradetrail_lib.errors import UsageError
 
@@ -84,18 +84,19 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError(f"--margin must be in [0, 1), not {args.margin}")
 
 
-def until_decided_command(args: argparse.Namespace) -> int:
-    # `run`'s request from its flags; imported here, as `run` imports this module.
-    from gradetrail_lib.commands.run import request_of
+def new_models(args: argparse.Namespace) -> list[str]:
+    """The new model: names of the spec's models or provider/name, as `--against` is."""
+    return [args.model] if args.model else [m for m in (args.models or "").split(",") if m]
 
+
+def until_decided_command(args: argparse.Namespace, request: RunRequest) -> int:
+    """`request`: what `run`'s flags ask for, its models `new_models(args)`."""
     check(args)
-    # Names of the spec's models or provider/name, as `--against` is.
-    new = [args.model] if args.model else [m for m in (args.models or "").split(",") if m]
     decision = Decision(
         against=args.against, seed=args.order_seed, chunk=args.chunk,
         max_samples=args.max_samples, margin=args.margin,
     )  # fmt: skip
-    decided = decide_request(request_of(args, new), decision)
+    decided = decide_request(request, decision)
     out = sys.stdout
     print(decided.describe(), file=out)
     print(f"Incumbent: {decided.incumbent.run_dir}", file=out)
