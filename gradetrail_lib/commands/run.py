@@ -154,6 +154,8 @@ FLAGS = OptionNames(
     until_decided="--until-decided",
     against="--against",
     new_model="--model or --models",
+    chunk="--chunk",
+    max_samples="--max-samples",
 )
 
 

@@ -378,5 +378,5 @@ def decide_request(request: RunRequest, decision: Decision) -> DecidedRuns:
         return run_until_decided(
             incumbent, challenger, cache, backend, Path(request.results_root),
             seed=decision.seed, chunk=decision.chunk, max_samples=decision.max_samples,
-            max_cost=request.max_cost, margin=decision.margin,
+            max_cost=request.max_cost, margin=decision.margin, names=names,
         )  # fmt: skip

@@ -16,9 +16,11 @@ class OptionNames:
     models: str = "models=[...]"
     base_url: str = "base_url"
     max_cost: str = "max_cost"
-    until_decided: str = "decide_request"
+    until_decided: str = "a release check"
     against: str = "against"
     new_model: str = "models=[NEW]"
+    chunk: str = "chunk"
+    max_samples: str = "max_samples"
 
 
 PYTHON_NAMES = OptionNames()

@@ -40,6 +40,7 @@ from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.cache.base import Cache
 from gradetrail_lib.datasets.dataset import Sample, in_memory
 from gradetrail_lib.engine.plan import RunPlan
+from gradetrail_lib.engine.rules import PYTHON_NAMES, OptionNames
 from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
 from gradetrail_lib.errors import UsageError
 from gradetrail_lib.history.entries import HistoryStore
@@ -119,14 +120,16 @@ class DecidedRuns:
         )
 
 
-def _values(records: Sequence[TraceRecord], scorer: str) -> dict[tuple[str, int], float]:
+def _values(
+    records: Sequence[TraceRecord], scorer: str, names: OptionNames = PYTHON_NAMES
+) -> dict[tuple[str, int], float]:
     """Each record's value on `scorer` (an unscored record scores 0), by (id, repeat)."""
     out: dict[tuple[str, int], float] = {}
     for record in records:
         value = record.score_of(scorer)
         if value is not None and not 0.0 <= value <= 1.0:
             raise UsageError(
-                f"--until-decided needs scores in [0, 1]: scorer {scorer!r} gave {value} "
+                f"{names.until_decided} needs scores in [0, 1]: scorer {scorer!r} gave {value} "
                 f"on sample {record.id!r}"
             )
         out[(record.id, record.repeat)] = 0.0 if value is None else value
@@ -160,22 +163,25 @@ def run_until_decided(
     margin: float = DEFAULT_GATE_THRESHOLD,
     confidence: float = DEFAULT_CONFIDENCE,
     history: HistoryStore | None = None,
+    names: OptionNames = PYTHON_NAMES,
 ) -> DecidedRuns:
     """Run both models chunk by chunk until decided (module docstring), the two run
     directories into `check_root` (its history file, unless `history` says where);
     raises UsageError when the two plans are not of one spec's cases or a score is
-    outside [0, 1]."""
+    outside [0, 1]; its messages name the options as `names` spells them (the CLI's
+    flags from `gradetrail run`)."""
+    until = names.until_decided
     if incumbent.loaded.spec.name != challenger.loaded.spec.name:
-        raise UsageError("--until-decided compares two models of one spec")
+        raise UsageError(f"{until} compares two models of one spec")
     if incumbent.dataset.content_hash != challenger.dataset.content_hash:
-        raise UsageError("--until-decided: the two models' datasets differ")
+        raise UsageError(f"{until}: the two models' datasets differ")
     if chunk < 1:
-        raise UsageError(f"--chunk must be at least 1, not {chunk}")
+        raise UsageError(f"{names.chunk} must be at least 1, not {chunk}")
     samples = list(incumbent.dataset)
     order = [samples[i] for i in np.random.default_rng(seed).permutation(len(samples))]
     limit = len(order) if max_samples is None else min(max_samples, len(order))
     if limit < 1:
-        raise UsageError("--until-decided: no case to send (--max-samples or an empty dataset)")
+        raise UsageError(f"{until}: no case to send ({names.max_samples} or an empty dataset)")
     scorer = incumbent.scorer_names[0]
     sent: dict[str, list[AnyOf]] = {"A": [], "B": []}
     values: dict[str, dict[tuple[str, int], float]] = {"A": {}, "B": {}}
@@ -190,7 +196,7 @@ def run_until_decided(
             for side, plan in (("A", incumbent), ("B", challenger)):
                 done = run_model(_subset(plan, part), cache, backend, Path(scratch), RunOptions())
                 sent[side].append(done.totals.sent)
-                values[side].update(_values(done.records, scorer))
+                values[side].update(_values(done.records, scorer, names))
                 costs.append(_paid(done))
             used += len(part)
             looks += 1

@@ -189,7 +189,7 @@ def test_a_release_check_goes_through_the_same_wiring_and_rules(tmp_path: Path) 
     spec = write_scripted_spec(tmp_path / "s.yaml", "s", models=("x", "y"))
     base = {"spec": spec, "results_root": tmp_path / "results", "cache": tmp_path / "c.db"}
     for request, message in (
-        (RunRequest(**base, model="y", read_cache=False), "decide_request needs the cache"),
+        (RunRequest(**base, model="y", read_cache=False), "a release check needs the cache"),
         (RunRequest(**base, model="y", batch="all"), "sends each chunk at once: drop batch"),
         (RunRequest(**base), "needs exactly one new model (models=[NEW])"),
         (RunRequest(**base, model="x"), "against x: the new model is the incumbent"),
