@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gradetrail_lib.analysis.stats.defaults import DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.backends import Backend, build_backend
@@ -32,7 +33,6 @@ from gradetrail_lib.engine.rules import (
     check_decision,
 )
 from gradetrail_lib.engine.run import CompletedRun, RunOptions, run_model
-from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK, DecidedRuns, run_until_decided
 from gradetrail_lib.errors import (
     InputError,
     InputErrors,
@@ -47,6 +47,9 @@ from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.settings import DEFAULT_MAX_CONCURRENCY, DEFAULTS, Settings
 from gradetrail_lib.spec.sources import SpecSource, as_loaded_spec, resolve_model, spec_files
 from gradetrail_lib.spec.spec import LoadedSpec
+
+if TYPE_CHECKING:
+    from gradetrail_lib.engine.until_decided import DecidedRuns
 
 
 @dataclass(frozen=True)
@@ -345,16 +348,20 @@ class Decision:
 
     against: str
     seed: int = 0
-    chunk: int = DEFAULT_CHUNK
+    # Cases a chunk; None: the engine's (`until_decided.DEFAULT_CHUNK`).
+    chunk: int | None = None
     max_samples: int | None = None
     margin: float = DEFAULT_GATE_THRESHOLD
 
 
-def decide_request(request: RunRequest, decision: Decision) -> DecidedRuns:
+def decide_request(request: RunRequest, decision: Decision) -> "DecidedRuns":
     """A release check through the same wiring as a run: the request's one new model
     (`models` or `model`) against `decision.against` on its one spec, chunk by chunk
     until decided (`engine.until_decided.run_until_decided`), the request's cost limit
     its budget; every input checked before the backend and the cache are opened."""
+    # Here, so that a run's API does not load what only a release check needs (numpy).
+    from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK, run_until_decided
+
     names = request.names
     new = [*request.models] or ([request.model] if request.model else [])
     source = request.spec
@@ -377,6 +384,7 @@ def decide_request(request: RunRequest, decision: Decision) -> DecidedRuns:
     with backend.session():
         return run_until_decided(
             incumbent, challenger, cache, backend, Path(request.results_root),
-            seed=decision.seed, chunk=decision.chunk, max_samples=decision.max_samples,
+            seed=decision.seed, chunk=DEFAULT_CHUNK if decision.chunk is None else decision.chunk,
+            max_samples=decision.max_samples,
             max_cost=request.max_cost, margin=decision.margin, names=names,
         )  # fmt: skip
