@@ -380,7 +380,7 @@ def test_site_navigation_lists_every_page() -> None:
 
 def _architecture_layers() -> list[set[str]]:
     """The layers block of docs/architecture.md, a set of package names a line."""
-    text = (DOCS / "architecture.md").read_text()
+    text = (REPO / "docs/architecture.md").read_text()
     block = text.split("## The layers", 1)[1].split("```", 2)[1]
     layers = []
     for line in block.strip().splitlines():
@@ -391,7 +391,7 @@ def _architecture_layers() -> list[set[str]]:
 
 def test_architecture_lists_the_layers_of_the_contract_in_its_order() -> None:
     """The page says "highest first", as `.importlinter` lists them."""
-    text = (DOCS / "architecture.md").read_text()
+    text = (REPO / "docs/architecture.md").read_text()
     assert "Highest first;" in text.split("## The layers", 1)[1]
     config = (REPO / ".importlinter").read_text()
     listed = config.split("layers =", 1)[1].split("\n\n", 1)[0]
@@ -402,7 +402,7 @@ def test_architecture_lists_the_layers_of_the_contract_in_its_order() -> None:
 
 def test_architecture_names_every_provider_module() -> None:
     """Each module of providers/ is named in the `providers` row of the packages table."""
-    text = (DOCS / "architecture.md").read_text()
+    text = (REPO / "docs/architecture.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| `providers` |"))
     modules = {p.stem for p in (REPO / "gradetrail_lib" / "providers").glob("*.py")}
     missing = sorted(m for m in modules - {"__init__"} if f"`{m}`" not in row)
