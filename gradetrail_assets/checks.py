@@ -59,16 +59,21 @@ def check_specs(asset: dg.AssetKey, *, agent: bool = False) -> list[dg.AssetChec
     ]
 
 
+def latest_materialization(
+    instance: dg.DagsterInstance, asset: dg.AssetKey, partition: str
+) -> dg.AssetMaterialization | None:
+    """The asset's latest materialization of `partition`, if any."""
+    found = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[partition]), limit=1
+    )
+    return found.records[0].asset_materialization if found.records else None
+
+
 def latest_data_version(
     instance: dg.DagsterInstance, asset: dg.AssetKey, partition: str
 ) -> str | None:
     """The data version of the asset's latest materialization of `partition`, if any."""
-    found = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[partition]), limit=1
-    )
-    if not found.records:
-        return None
-    materialization = found.records[0].asset_materialization
+    materialization = latest_materialization(instance, asset, partition)
     tags = materialization.tags if materialization is not None else None
     return (tags or {}).get(DATA_VERSION_TAG)
 

@@ -14,7 +14,12 @@ from typing import Any
 
 import dagster as dg
 
-from gradetrail_assets.checks import check_specs, latest_data_version, score_checks
+from gradetrail_assets.checks import (
+    check_specs,
+    latest_data_version,
+    latest_materialization,
+    score_checks,
+)
 from gradetrail_assets.leaderboard import build_leaderboard, leaderboard_metadata
 from gradetrail_assets.metadata import (
     FirstFailures,
@@ -34,6 +39,7 @@ from gradetrail_assets.tables import (
 from gradetrail_lib.analysis.calibration import run_calibrations
 from gradetrail_lib.analysis.stats import run_stats
 from gradetrail_lib.backends.not_sent import NotSent
+from gradetrail_lib.datasets.materialized import write_rows
 from gradetrail_lib.engine.api import plan_spec
 from gradetrail_lib.engine.fetch import FetchedRun, fetch_run
 from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset
@@ -50,6 +56,8 @@ from gradetrail_lib.spec.identity import scorer_hash, spec_requests_hash
 from gradetrail_lib.spec.spec import LoadedSpec
 
 DB_POOL = "gradetrail_duckdb"
+# Under the results root: the rows of specs whose dataset is another asset.
+DATASETS_DIR = ".datasets"
 STEPS = ("dataset", "responses", "scores", "stats", "report")
 # Bumped by hand when the statistics or the report template change meaning.
 STATS_VERSION = "stats-2"  # 2: figures per scorer
@@ -147,34 +155,91 @@ def _plan_for(loaded: LoadedSpec, model_name: str) -> RunPlan:
     return planned
 
 
+def _dataset_result(loaded: LoadedSpec) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    """The dataset asset's materialization: every row checked as it is read, none kept
+    (`len` would hold every sample); its content hash is the data version."""
+    loaded_dataset = load_spec_dataset(loaded)
+    samples = sum(1 for _ in loaded_dataset.validated())
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(loaded_dataset.content_hash),
+        metadata={
+            "samples": dg.MetadataValue.int(samples),
+            "content_hash": dg.MetadataValue.text(loaded_dataset.content_hash),
+            "path": dg.MetadataValue.path(str(loaded_dataset.path)),
+        },
+    )
+
+
+def upstream_key(loaded: LoadedSpec) -> dg.AssetKey | None:
+    """The asset whose value is the spec's dataset (`dataset: {asset: KEY}`), if any."""
+    asset = loaded.spec.dataset.asset
+    return None if asset is None else dg.AssetKey.from_user_string(asset)
+
+
+def with_materialized_dataset(
+    loaded: LoadedSpec, instance: dg.DagsterInstance, dataset: dg.AssetKey, partition: str
+) -> LoadedSpec:
+    """The spec as a step plans it: an asset dataset's rows are the file the `dataset`
+    asset last wrote for this partition (its metadata's `path`)."""
+    if loaded.spec.dataset.asset is None:
+        return loaded
+    materialization = latest_materialization(instance, dataset, partition)
+    path = materialization.metadata.get("path") if materialization is not None else None
+    if not isinstance(path, dg.PathMetadataValue):
+        raise dg.Failure(
+            description=f"{dataset.to_user_string()} has no materialization of partition "
+            f"{partition!r}: materialize it first (it reads asset {loaded.spec.dataset.asset})"
+        )
+    return loaded.model_copy(update={"dataset_file": Path(path.path)})
+
+
 def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     spec = loaded.spec
     name = dagster_name(spec.name)
     partitions = dg.DynamicPartitionsDefinition(name=partitions_name(spec.name))
-    dataset_hash = load_spec_dataset(loaded).content_hash
     keys = {step: dg.AssetKey([name, step]) for step in STEPS}
     # An agent (a spec with tools): the same graph, its failure modes counted and checked.
     agent = spec.tools is not None
     common: dict[str, Any] = {"group_name": name, "partitions_def": partitions}
+    upstream = upstream_key(loaded)
 
-    @dg.asset(
-        key=keys["dataset"],
-        code_version=dataset_hash,
-        description=f"The samples of `{spec.dataset.label}`, validated and content-hashed.",
-        **common,
-    )
-    def dataset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        loaded_dataset = load_spec_dataset(loaded)
-        # Every row checked as it is read, none kept (`len` would hold every sample).
-        samples = sum(1 for _ in loaded_dataset.validated())
-        return dg.MaterializeResult(
-            data_version=dg.DataVersion(loaded_dataset.content_hash),
-            metadata={
-                "samples": dg.MetadataValue.int(samples),
-                "content_hash": dg.MetadataValue.text(loaded_dataset.content_hash),
-                "path": dg.MetadataValue.path(str(loaded_dataset.path)),
-            },
+    def planned(context: dg.AssetExecutionContext) -> RunPlan:
+        """The partition's plan, an asset dataset read as `dataset` last wrote it."""
+        partition = context.partition_key
+        current = with_materialized_dataset(loaded, context.instance, keys["dataset"], partition)
+        return _plan_for(current, partition)
+
+    if upstream is None:
+
+        @dg.asset(
+            key=keys["dataset"],
+            code_version=load_spec_dataset(loaded).content_hash,
+            description=f"The samples of `{spec.dataset.label}`, validated and content-hashed.",
+            **common,
         )
+        def dataset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]
+            return _dataset_result(loaded)
+
+    else:
+        # Another asset's value, as its IO manager loads it: rows written to a file named
+        # by their hash, whose content hash is the data version, so the same rows again
+        # leave `responses` fresh and others make it stale. Eager: the upstream asset's
+        # new materialization is followed by Dagster's own automation.
+        @dg.asset(
+            key=keys["dataset"],
+            ins={"rows": dg.AssetIn(upstream)},
+            code_version=hash_json({"asset": spec.dataset.asset, "id": spec.dataset.id_field}),
+            automation_condition=dg.AutomationCondition.eager(),
+            description=f"The rows of asset `{spec.dataset.asset}`, validated and "
+            "content-hashed (written under the results root's `.datasets`).",
+            **common,
+        )
+        def dataset(
+            context: dg.AssetExecutionContext, gradetrail: GradetrailResource, rows: Any
+        ) -> dg.MaterializeResult:  # type: ignore[type-arg]
+            folder = gradetrail.results_root() / DATASETS_DIR / name
+            path = write_rows(rows, folder, f"asset {spec.dataset.asset}")
+            return _dataset_result(loaded.model_copy(update={"dataset_file": path}))
 
     @dg.asset(
         key=keys["responses"],
@@ -190,7 +255,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     def responses(
         context: dg.AssetExecutionContext, gradetrail: GradetrailResource
     ) -> dg.Output[FetchedRun]:
-        eval_plan = _plan_for(loaded, context.partition_key)
+        eval_plan = planned(context)
         # By batch (the resource's setting or the run's tag, as the nightly schedule's):
         # the batch ids are logged as they are submitted and the step waits for them; a
         # re-materialization after a crash resumes the batches the cache recorded.
@@ -233,7 +298,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
         responses: FetchedRun,
     ) -> Iterator[dg.Output[str] | dg.AssetCheckResult]:
         partition = context.partition_key
-        eval_plan = _plan_for(loaded, partition)
+        eval_plan = planned(context)
         # The target's answers come from the cache (responses put them there); none is
         # sent from here, and what responses could not get keeps its error.
         options = RunOptions(

@@ -93,6 +93,11 @@ def load_dataset_ref(ref: "DatasetRef", base_dir: Path) -> Dataset:
     if ref.path is not None:
         file = (base_dir / ref.path).resolve()
         return load_dataset(file, ref.path, ref.format, ref.id_field or "id")
+    if ref.asset is not None:
+        raise ValueError(
+            f"dataset {ref.label}: a Dagster asset's value, read under Dagster only (the "
+            "spec's `dataset` asset)"
+        )
     for source in sources():
         if isinstance(source, RefSource) and getattr(ref, source.key) is not None:
             return source.load(ref)
@@ -128,8 +133,9 @@ else:
 
 
 class DatasetRef(BaseModel):
-    """A file (`path`, with an optional `format`) or a Hugging Face dataset (`hf`, with
-    `split` and the `revision` commit, so a run reads the same rows again), one of them.
+    """A file (`path`, with an optional `format`), a Hugging Face dataset (`hf`, with
+    `split` and the `revision` commit, so a run reads the same rows again) or another
+    Dagster asset's value (`asset`, read by the Dagster layer), one of them.
     Unset keys are left out of the spec hash, so a `{path: ...}` spec keeps its hash."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -154,14 +160,32 @@ class DatasetRef(BaseModel):
     revision: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{40}$", description="The dataset repo's commit sha."
     )
+    asset: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Another asset of the Dagster project (its key, `a/b`), whose value is "
+        "the dataset: read under Dagster only.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> "DatasetRef":
         if self.package is not None and self.path is None:
             raise ValueError("package needs path: the data file inside the package")
-        if (self.path is None) == (self.hf is None):
-            raise ValueError("give path (a file) or hf (a Hugging Face dataset), one of them")
-        if self.path is not None:
+        given = [k for k in ("path", "hf", "asset") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give path (a file), hf (a Hugging Face dataset) or asset (a Dagster asset), "
+                "one of them"
+            )
+        if self.asset is not None:
+            extra = [
+                k
+                for k in ("format", "package", "config", "split", "revision")
+                if getattr(self, k) is not None
+            ]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: not with asset")
+        elif self.path is not None:
             extra = [k for k in ("config", "split", "revision") if getattr(self, k) is not None]
             if extra:
                 raise ValueError(f"{', '.join(extra)}: only with hf")
@@ -183,4 +207,6 @@ class DatasetRef(BaseModel):
             return f"package:{self.package}/{self.path}"
         if self.path is not None:
             return self.path
+        if self.asset is not None:
+            return f"asset:{self.asset}"
         return f"hf:{self.hf}:{self.config or 'default'}:{self.split}@{self.revision}"

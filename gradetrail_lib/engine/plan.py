@@ -15,7 +15,7 @@ from gradetrail_lib.agents.tools import Toolbox
 from gradetrail_lib.analysis.retrieval import check_sample as check_retrieval_fields
 from gradetrail_lib.analysis.retrieval import retrieval_of
 from gradetrail_lib.datasets.dataset import Dataset, Sample
-from gradetrail_lib.datasets.registry import load_dataset_ref
+from gradetrail_lib.datasets.registry import load_dataset, load_dataset_ref
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ModelRequest
@@ -100,7 +100,20 @@ class Batch:
 
 
 def load_spec_dataset(loaded: LoadedSpec) -> Dataset:
-    return load_dataset_ref(loaded.spec.dataset, loaded.base_dir)
+    """The spec's dataset. Another Dagster asset's (`dataset: {asset: ...}`) is the file
+    the Dagster layer wrote its value to (`LoadedSpec.dataset_file`): without one (the
+    CLI) it is an error naming the spec."""
+    ref = loaded.spec.dataset
+    if ref.asset is None:
+        return load_dataset_ref(ref, loaded.base_dir)
+    if loaded.dataset_file is None:
+        raise InputError(
+            str(loaded.path), None, "dataset.asset",
+            f"{ref.asset!r} is a Dagster asset: its value is read under Dagster (the "
+            "spec's `dataset` asset materializes it), not by the CLI; launch the spec's "
+            "assets with `dg launch`, or give the rows as a file (`path`)",
+        )  # fmt: skip
+    return load_dataset(loaded.dataset_file, ref.label, None, ref.id_field or "id")
 
 
 def build_scorers(loaded: LoadedSpec, model: ModelConfig) -> list[Scorer]:

@@ -320,6 +320,9 @@ class LoadedSpec(BaseModel):
 
     spec: Spec
     path: Path
+    # A `dataset: {asset: ...}` spec's rows, as the Dagster layer wrote them from the
+    # asset's value (`gradetrail_lib.datasets.materialized`); None elsewhere.
+    dataset_file: Path | None = None
 
     @property
     def base_dir(self) -> Path:
@@ -336,7 +339,7 @@ class LoadedSpec(BaseModel):
         if repeats < 1:
             raise InputError("--repeats", None, None, "must be at least 1")
         spec = self.spec.model_copy(update={"repeats": repeats})
-        return LoadedSpec(spec=spec, path=self.path)
+        return self.model_copy(update={"spec": spec})
 
 
 def _describe(doc: YamlDocument, loc: Loc) -> tuple[str, int | None]:

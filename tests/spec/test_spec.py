@@ -145,7 +145,8 @@ def test_missing_required_key_is_named_under_its_parent(tmp_path):
 def test_missing_key_inside_a_mapping_is_on_the_mapping_line(tmp_path):
     path = write(tmp_path, edit("dataset: {path: data/x.jsonl}", "dataset: {}"))
     assert str(load_error(path)) == (
-        f"{path}:2: dataset: give path (a file) or hf (a Hugging Face dataset), one of them"
+        f"{path}:2: dataset: give path (a file), hf (a Hugging Face dataset) or asset (a "
+        "Dagster asset), one of them"
     )
 
 
