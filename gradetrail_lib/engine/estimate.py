@@ -43,8 +43,9 @@ TOKENIZER = f"estimated (~{CHARS_PER_TOKEN} characters a token)"
 
 
 def estimate_tokens(request: ModelRequest) -> int:
-    """Input tokens of a request, estimated from its text (messages and tool definitions)."""
-    chars = 0
+    """Input tokens of a request, estimated from its text (messages and tool definitions;
+    a log-likelihood request's context and continuation)."""
+    chars = len(request.context) + len(request.continuation)
     for message in request.messages:
         content = message.get("content")
         chars += len(content) if isinstance(content, str) else len(json.dumps(content))
