@@ -14,8 +14,9 @@ is read from its answer by `read_letter`.
 Few-shot (`fewshot: {k, source, seed, separator}`): k examples from `source` (a dataset,
 by default the spec's own), chosen by a generator seeded with the seed and the sample's
 id (so the same sample gets the same examples in any order of the run, and never
-itself), each rendered by the same templates with its answer (the gold option, or the
-`answer` template), joined by the separator before the sample's own context.
+itself), each rendered by the same templates with its answer (the gold option; by
+generation, its lettered question and the gold letter; or the `answer` template),
+joined by the separator before the sample's own context.
 """
 
 import random
@@ -118,7 +119,10 @@ class ChoiceRenderer:
         gold: str,
         choice_prefix: str,
         fewshot: "FewShot | None" = None,
+        by_letter: bool = False,
     ) -> None:
+        """`by_letter`: the model answers with a letter (`method: generate`), so each
+        few-shot example is asked with lettered options and answered with its letter."""
         self._prompt = Template(prompt, "prompt")
         self._options: Callable[[Sample, str], Any]
         if isinstance(choices, str):
@@ -129,6 +133,7 @@ class ChoiceRenderer:
         self._gold = _Expression(gold, "gold")
         self.prefix = choice_prefix
         self.fewshot = fewshot
+        self.by_letter = by_letter
 
     def bare(self, sample: Sample, where: str) -> ChoiceSet:
         """The sample's choices without few-shot examples."""
@@ -165,12 +170,11 @@ class ChoiceRenderer:
         bare = self.bare(sample, where)
         if self.fewshot is None:
             return bare
-        shots = [
-            (s.context + self.prefix + s.options[s.gold])
-            for s in (
-                self.bare(example, self.fewshot.where) for example in self.fewshot.pick(sample)
-            )
-        ]
+        examples = [self.bare(e, self.fewshot.where) for e in self.fewshot.pick(sample)]
+        if self.by_letter:
+            shots = [f"{lettered(s.context, s.options)}\n{LETTERS[s.gold]}" for s in examples]
+        else:
+            shots = [s.context + self.prefix + s.options[s.gold] for s in examples]
         return ChoiceSet(self.fewshot.join(shots, bare.context), bare.options, bare.gold)
 
 

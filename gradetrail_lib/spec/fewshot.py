@@ -28,4 +28,5 @@ def choice_renderer(spec: Spec, fewshot: FewShot | None) -> ChoiceRenderer | Non
         return None
     assert spec.gold is not None and spec.prompt is not None, "checked when the spec loaded"
     prefix = spec.choice_prefix if spec.choice_prefix is not None else DEFAULT_CHOICE_PREFIX
-    return ChoiceRenderer(spec.prompt, spec.choices, spec.gold, prefix, fewshot)
+    by_letter = not spec.by_loglikelihood
+    return ChoiceRenderer(spec.prompt, spec.choices, spec.gold, prefix, fewshot, by_letter)

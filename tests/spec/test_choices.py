@@ -202,3 +202,18 @@ def test_fewshot_source_and_choices_enter_the_identity_and_the_requests_hash(
     assert requests_hash(loaded, model) != requests
     other = load_spec(write(tmp_path, text.replace('gold: "{{ key }}"', 'gold: "{{ 0 }}"')))
     assert requests_hash(other, model) != requests_hash(loaded, model)
+
+
+def test_generate_fewshot_examples_are_lettered_and_answered_by_letter(tmp_path: Path) -> None:
+    rows = [dict(r, opts=["a", "b", "c"], key=i % 3) for i, r in enumerate(ROWS)]
+    text = SPEC.replace("local, name: smollm2-135m", "anthropic, name: c")
+    loaded = load_spec(write(tmp_path, text + "method: generate\nfewshot: {k: 1, seed: 3}\n", rows))
+    planned = plan(loaded, loaded.spec.models[0])
+    for item in planned.batch(list(planned.dataset)).items:
+        prompt = item.request.messages[-1]["content"]
+        shot, own = prompt.split("\n\n")
+        question, letter = shot.rsplit("\n", 1)
+        example = next(r for r in rows if question.startswith(f"Q: {r['q']}"))
+        assert letter == "ABC"[example["key"]] and example["id"] != item.sample.id
+        assert own.startswith(f"Q: {item.sample.fields['q']}") and own.endswith("only.")
+        assert own.count("\nA. a\nB. b\nC. c\n") == 1
