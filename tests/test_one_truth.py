@@ -252,6 +252,14 @@ def test_one_run_reads_the_same_everywhere(tmp_path: Path, local_on_fake: FakeLL
         "judged": {"errors": JUDGE_ERRORS, "answered": SAMPLES, "rate": JUDGE_ERRORS / SAMPLES}
     }
     assert judge_check["rate"].value == JUDGE_ERRORS / SAMPLES
+    # The leaderboard, from the stats table: the same mean over scored samples.
+    board_job = dg.define_asset_job("board", selection=[dg.AssetKey(["truth", "leaderboard"])])
+    with_board = dg.Definitions.merge(defs, dg.Definitions(jobs=[board_job]))
+    boarded = with_board.resolve_job_def("board").execute_in_process(instance=instance)
+    board = metadata_of(boarded, "truth__leaderboard")["board"]
+    (entry,) = board["models"]
+    assert entry["mean_score"] == pytest.approx(NUM_MEAN)
+    assert entry["others"]["judged"]["mean_score"] == pytest.approx(JUDGED_MEAN)
 
 
 def metadata_of(result: dg.ExecuteInProcessResult, node: str) -> dict[str, Any]:
