@@ -185,8 +185,9 @@ async def _advance(
         case.end(outcome, "budget_exhausted")
         return
     case.pending = setup.builder.build(
-        case.messages, case.item.sample, setup.dataset_label, case.item.repeat
-    )
+        case.messages, case.item.sample, setup.dataset_label, case.item.repeat,
+        case.item.request.media,  # the first request's images and documents, still shown
+    )  # fmt: skip
 
 
 async def _advance_all(

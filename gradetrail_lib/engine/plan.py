@@ -25,6 +25,7 @@ from gradetrail_lib.results.trace import Retrieval
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec.choices import ChoiceRenderer, ChoiceSet
 from gradetrail_lib.spec.fewshot import choice_renderer, fewshot_examples
+from gradetrail_lib.spec.identity import dataset_media_hash
 from gradetrail_lib.spec.prompts import PromptRenderer
 from gradetrail_lib.spec.spec import LoadedSpec, loglikelihood_refusal
 
@@ -167,6 +168,12 @@ class RunPlan:
     choices: ChoiceRenderer | None = None
 
     @property
+    def dataset_hash(self) -> str:
+        """The dataset's hash covering the media files its samples show (each sample was
+        rendered when the plan checked it, so the renderer has seen them all)."""
+        return dataset_media_hash(self.dataset.content_hash, self.renderer.media.digest())
+
+    @property
     def item_count(self) -> int:
         return self.samples * self.repeats
 
@@ -190,10 +197,10 @@ class RunPlan:
                 items.append(self._choice_item(sample, label, self.choices))
                 continue
             choice_set = self.choices.render(sample, label) if self.choices is not None else None
-            messages = self.renderer.messages(sample, label)
+            messages, media = self.renderer.render(sample, label)
             retrieval = retrieval_of(sample.fields)
             for repeat in range(self.repeats):
-                request = self.builder.build(messages, sample, label, repeat)
+                request = self.builder.build(messages, sample, label, repeat, media)
                 items.append(
                     PlannedSample(
                         sample=sample,
@@ -244,6 +251,7 @@ def _check_samples(
                 choices.render(sample, label)
             messages = [] if loaded.spec.by_loglikelihood else renderer.messages(sample, label)
             builder.check(sample, label)
+            builder.check_media(messages, sample, label)
             if toolbox is not None:
                 toolbox.check(sample, label)
             for scorer in scorers:
@@ -277,7 +285,7 @@ def plan(
     fewshot = fewshot_examples(loaded, dataset)
     choices = choice_renderer(spec, fewshot)
     generated = choices if choices is not None and not spec.by_loglikelihood else None
-    renderer = PromptRenderer(spec, fewshot, generated)
+    renderer = PromptRenderer(spec, fewshot, generated, media_dir=dataset.path.parent)
     builder = RequestBuilder(
         model,
         spec.params,

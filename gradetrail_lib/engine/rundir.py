@@ -115,9 +115,9 @@ def build_manifest(
     hashes = scorer_hashes(loaded)
     return Manifest(
         schema_version=SCHEMA_VERSION,
-        identity=run_identity(loaded, plan.dataset.content_hash),
+        identity=run_identity(loaded, plan.dataset_hash),
         spec=SpecInfo(name=loaded.spec.name, path=str(loaded.path), hash=spec_hash_of(loaded)),
-        dataset=DatasetInfo(path=loaded.spec.dataset.label, hash=plan.dataset.content_hash),
+        dataset=DatasetInfo(path=loaded.spec.dataset.label, hash=plan.dataset_hash),
         scorers=[ScorerInfo(name=s.name, type=s.type, hash=hashes[s.name]) for s in plan.scorers],
         scorer_hash=scorer_hash_of(loaded),
         scorer_files=file_hashes(scorer_files(loaded)),

@@ -73,6 +73,18 @@ class Adapter(Protocol):
         ...
 
 
+def resolved_messages(request: ModelRequest) -> list[Message]:
+    """The request's messages with their media parts' bytes (or URLs) filled in for its
+    provider (`media.sent_messages`): the messages themselves for a text request."""
+    if not request.media:
+        return request.messages
+    from gradetrail_lib.providers import registry
+    from gradetrail_lib.providers.media import sent_messages
+
+    limits = registry.get(request.endpoint.provider).media
+    return sent_messages(request.messages, request.media, limits)
+
+
 def split_turns(
     messages: list[Message],
     *,

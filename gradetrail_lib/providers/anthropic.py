@@ -9,6 +9,7 @@ _ADAPTER = anthropic_messages.AnthropicMessagesAdapter()
 PROVIDER = Provider(
     name="anthropic",
     adapter=_ADAPTER,
+    media=anthropic_messages.ANTHROPIC_MEDIA,
     base_url="https://api.anthropic.com/v1",
     key_env="ANTHROPIC_API_KEY",
     key_required=True,

@@ -13,8 +13,9 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gradetrail_lib.providers.adapter import json_post, split_turns
+from gradetrail_lib.providers.adapter import json_post, resolved_messages, split_turns
 from gradetrail_lib.providers.base import ParsedBody, StopReason
+from gradetrail_lib.providers.media import MB, MediaLimits
 from gradetrail_lib.providers.registry import Listing
 
 if TYPE_CHECKING:
@@ -79,7 +80,29 @@ def _tool_result_block(message: Message) -> dict[str, Any]:
     return block
 
 
+# Anthropic's documented limits: an image of at most 5 MB (100 a request); PDFs within
+# the 32 MB request and 100 pages. It fetches an image's or a PDF's URL itself.
+ANTHROPIC_MEDIA = MediaLimits(
+    image_bytes=5 * MB, images=100, document_bytes=32 * MB, documents=100, pages=100,
+    image_urls=True, document_urls=True,
+)  # fmt: skip
+
+
+def content_block(part: dict[str, Any]) -> dict[str, Any]:
+    """One resolved content part (`media.sent_messages`) as a Messages API block: an
+    `image` or `document` block whose source is the URL or the base64 bytes."""
+    if part["type"] == "text":
+        return {"type": "text", "text": part["text"]}
+    if "url" in part:
+        source = {"type": "url", "url": part["url"]}
+    else:
+        source = {"type": "base64", "media_type": part["media_type"], "data": part["data"]}
+    return {"type": part["type"], "source": source}
+
+
 def _turn(message: Message) -> Message:
+    if isinstance(message.get("content"), list):
+        return {"role": message["role"], "content": [content_block(p) for p in message["content"]]}
     if message["role"] == "assistant" and message.get("tool_calls"):
         return {"role": "assistant", "content": _assistant_blocks(message)}
     if "tool_calls" in message:  # an empty list: the key is not the API's
@@ -181,7 +204,7 @@ class AnthropicMessagesAdapter:
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request's JSON body (also a batch request's `params`)."""
-        system, messages = split_messages(request.messages)
+        system, messages = split_messages(resolved_messages(request))
         params = dict(request.params)
         if "stop" in params:
             params["stop_sequences"] = params.pop("stop")

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from gradetrail_lib.providers.batch import BatchLimits
 from gradetrail_lib.providers.openai_batch import OpenAIBatchAPI
-from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
+from gradetrail_lib.providers.openai_chat import OPENAI_MEDIA, OpenAIChatAdapter
 from gradetrail_lib.providers.registry import Provider, RefusedParam
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ BATCH = OpenAIBatchAPI(
 )
 
 PROVIDER = Provider(
+    media=OPENAI_MEDIA,
     name="azure_openai",
     adapter=_ADAPTER,
     key_env="AZURE_OPENAI_API_KEY",

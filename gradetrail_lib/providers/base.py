@@ -2,7 +2,10 @@
 fully cached run imports this and must not pay for httpx)."""
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from gradetrail_lib.providers.media import MediaSource
 
 StopReason = Literal["stop", "max_tokens", "tool_use", "content_filter", "other"]
 FailureKind = Literal["fatal", "transient"]
@@ -150,3 +153,6 @@ class ModelRequest:
     kind: RequestKind = "chat"
     context: str = ""
     continuation: str = ""
+    # Where the bytes of the messages' images and documents are, by their sha256
+    # (`providers.media`); not part of the key, which holds only the hashes.
+    media: "dict[str, MediaSource] | None" = None

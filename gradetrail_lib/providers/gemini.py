@@ -26,8 +26,9 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from gradetrail_lib.providers.adapter import json_post, split_turns
+from gradetrail_lib.providers.adapter import json_post, resolved_messages, split_turns
 from gradetrail_lib.providers.base import ParsedBody, StopReason
+from gradetrail_lib.providers.media import MB, MediaLimits
 from gradetrail_lib.providers.registry import Listing, Provider, RefusedParam
 
 if TYPE_CHECKING:
@@ -96,10 +97,28 @@ def _function_response(message: Message) -> dict[str, Any]:
     }
 
 
+# Gemini's documented limits for inline data: the request within 20 MB, up to 3,600
+# images and 1,000 document pages. Its `file_data` parts want files uploaded to its File
+# API, so every image and document is sent inline.
+GEMINI_MEDIA = MediaLimits(
+    image_bytes=20 * MB, images=3600, document_bytes=20 * MB, documents=1000, pages=1000
+)
+
+
+def gemini_part(part: dict[str, Any]) -> dict[str, Any]:
+    """One resolved content part (`media.sent_messages`) as a Gemini part."""
+    if part["type"] == "text":
+        return {"text": part["text"]}
+    return {"inline_data": {"mime_type": part["media_type"], "data": part["data"]}}
+
+
 def _content(message: Message) -> dict[str, Any]:
     if message["role"] == "assistant":
         return {"role": "model", "parts": _assistant_parts(message)}
-    return {"role": "user", "parts": [{"text": message["content"]}]}
+    content = message["content"]
+    if isinstance(content, list):
+        return {"role": "user", "parts": [gemini_part(p) for p in content]}
+    return {"role": "user", "parts": [{"text": content}]}
 
 
 def _has_parameters(schema: Any) -> bool:
@@ -150,7 +169,7 @@ def _seconds(value: Any) -> float | None:
 class GeminiAdapter:
     def build(self, request: ModelRequest, api_key: str | None) -> httpx.Request:
         headers = {"x-goog-api-key": api_key} if api_key else {}
-        system, contents = gemini_contents(request.messages)
+        system, contents = gemini_contents(resolved_messages(request))
         config: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for name, value in request.params.items():
@@ -250,6 +269,7 @@ def _next_page(body: Any) -> dict[str, str] | None:
 
 PROVIDER = Provider(
     name="gemini",
+    media=GEMINI_MEDIA,
     adapter=GeminiAdapter(),
     base_url="https://generativelanguage.googleapis.com",
     key_env="GEMINI_API_KEY",

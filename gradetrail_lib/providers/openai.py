@@ -7,6 +7,7 @@ from gradetrail_lib.providers.registry import Provider
 _ADAPTER = openai_chat.OpenAIChatAdapter()
 
 PROVIDER = Provider(
+    media=openai_chat.OPENAI_MEDIA,
     name="openai",
     adapter=_ADAPTER,
     base_url="https://api.openai.com/v1",

@@ -13,8 +13,9 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from gradetrail_lib.providers.adapter import json_post
+from gradetrail_lib.providers.adapter import json_post, resolved_messages
 from gradetrail_lib.providers.base import ParsedBody, StopReason
+from gradetrail_lib.providers.media import MB, MediaLimits, data_url
 from gradetrail_lib.providers.registry import Listing, RefusedParam
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ def _chat_message(message: Message) -> Message:
                 for call in message["tool_calls"]
             ],
         }
+    content = message.get("content")
+    if isinstance(content, list):
+        return {**message, "content": [chat_part(p) for p in content]}
     return message
 
 
@@ -96,10 +100,38 @@ def _arguments_json(call: dict[str, Any]) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
+# OpenAI's documented limits for Chat Completions: 50 MB of images and 500 of them a
+# request; files (PDF) up to 32 MB and 100 pages a request. An image URL is fetched by
+# OpenAI; a file part has no URL form, so a document is always inlined.
+OPENAI_MEDIA = MediaLimits(
+    image_bytes=50 * MB, images=500, document_bytes=32 * MB, documents=100, pages=100,
+    image_urls=True,
+)  # fmt: skip
+# A server speaking the Chat Completions form (vLLM, llama.cpp, Ollama): it may not
+# reach the internet, so every image and document is inlined.
+COMPATIBLE_MEDIA = MediaLimits(
+    image_bytes=50 * MB, images=500, document_bytes=32 * MB, documents=100, pages=100
+)
+
+
+def chat_part(part: dict[str, Any]) -> dict[str, Any]:
+    """One resolved content part (`media.sent_messages`) in Chat Completions' form."""
+    if part["type"] == "image":
+        return {"type": "image_url", "image_url": {"url": data_url(part)}}
+    if part["type"] == "document":
+        return {"type": "file", "file": {"filename": part["name"], "file_data": data_url(part)}}
+    return {"type": "text", "text": part["text"]}
+
+
 def chat_messages(messages: list[Message]) -> list[Message]:
-    """The messages to send: the list itself when none of them is about tool use."""
+    """The messages to send: the list itself when none of them is about tool use or
+    holds parts (media)."""
     for message in messages:
-        if message["role"] == "tool" or "tool_calls" in message:
+        if (
+            message["role"] == "tool"
+            or "tool_calls" in message
+            or isinstance(message.get("content"), list)
+        ):
             return [_chat_message(m) for m in messages]
     return messages
 
@@ -161,7 +193,7 @@ class OpenAIChatAdapter:
         """The request's JSON body (also a batch line's `body`)."""
         body: dict[str, Any] = {
             "model": request.endpoint.model,
-            "messages": chat_messages(request.messages),
+            "messages": chat_messages(resolved_messages(request)),
             **request.params,
         }
         if "max_tokens" in body and wants_max_completion_tokens(request.endpoint.model):

@@ -7,6 +7,7 @@ from gradetrail_lib.providers import completions_logprobs, openai_chat
 from gradetrail_lib.providers.registry import Provider, RefusedParam
 
 PROVIDER = Provider(
+    media=openai_chat.COMPATIBLE_MEDIA,
     name="openai_compatible",
     adapter=openai_chat.OpenAIChatAdapter(),
     base_url_required=True,

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from gradetrail_lib.providers.adapter import Adapter
     from gradetrail_lib.providers.base import Message, ModelRequest, ModelResponse, ScriptedAnswer
     from gradetrail_lib.providers.batch import BatchAPI
+    from gradetrail_lib.providers.media import MediaLimits
 
 PROVIDER_MODULES = (
     "anthropic",
@@ -142,6 +143,9 @@ class Provider:
     # asking a provider with neither for log-likelihoods is refused at load.
     score_loglikelihood: "Callable[[ModelRequest], ModelResponse] | None" = None
     loglikelihood_adapter: "Adapter | None" = None
+    # The images and documents one request may hold (`providers.media`); None: it takes
+    # none, and a spec showing it media is refused at load.
+    media: "MediaLimits | None" = None
 
     @property
     def kinds(self) -> frozenset[str]:

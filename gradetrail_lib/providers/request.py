@@ -37,16 +37,20 @@ Messages are provider-neutral: `{"role": "system"|"user", "content": text}`,
 `{"role": "assistant", "content": text, "tool_calls": [{"id", "name", "arguments"}]}` (the
 `tool_calls` key only when there are some) and `{"role": "tool", "tool_call_id", "name",
 "content": text}` (with `"is_error": true` for a failed tool); each adapter translates them to
-its API's shape.
+its API's shape. A user message showing images or documents has a list of parts as its
+content (`providers.media`): its text, then each medium by the sha256 of its bytes, type
+and size, so a medium enters the key by its bytes and never by its path.
 """
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.config import UNKEYED_PARAMS, Params
+from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.base import Endpoint, Message, ModelRequest, PromptCacheMark
+from gradetrail_lib.providers.media import MediaSource, limit_problem, media_parts
 from gradetrail_lib.providers.registry import ModelConfig
 
 if TYPE_CHECKING:
@@ -237,15 +241,30 @@ class RequestBuilder:
         if self.provider.sample_answer is not None:
             self.provider.sample_answer(self.model, sample, dataset_path, [])
 
+    def check_media(self, messages: list[Message], sample: "Sample", dataset_path: str) -> None:
+        """Raises an InputError naming the sample's line when its request holds more or
+        larger images or documents than the provider takes (`MediaLimits`)."""
+        parts = list(media_parts(messages))
+        problem = limit_problem(self.provider.media, self.model.provider, parts)
+        if problem is not None:
+            raise InputError(dataset_path, sample.line, "media", f"sample {sample.id!r}: {problem}")
+
     def build(
-        self, messages: list[Message], sample: "Sample", dataset_path: str, repeat: int = 0
+        self,
+        messages: list[Message],
+        sample: "Sample",
+        dataset_path: str,
+        repeat: int = 0,
+        media: dict[str, MediaSource] | None = None,
     ) -> ModelRequest:
+        """`media`: where the bytes of the messages' media parts are (keyed by hash only)."""
         model = self.model
         sample_answer = self.provider.sample_answer
         if sample_answer is None:
             return ModelRequest(
                 self._key_of(repeat)(messages), self.endpoint, messages, self.params,
                 tools=self.tools, tool_choice=self.tool_choice, prompt_cache=self.prompt_cache,
+                media=media,
             )  # fmt: skip
         answer = sample_answer(model, sample, dataset_path, messages)
         params = {**self.params, "scripted_answer": answer}
@@ -255,5 +274,6 @@ class RequestBuilder:
             settings=self.settings,
         )  # fmt: skip
         return ModelRequest(
-            key, self.endpoint, messages, self.params, answer, self.tools, self.tool_choice
-        )
+            key, self.endpoint, messages, self.params, answer, self.tools, self.tool_choice,
+            media=media,
+        )  # fmt: skip

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers.base import Message, ModelResponse, ScriptedAnswer
+from gradetrail_lib.providers.media import MediaLimits
 from gradetrail_lib.providers.registry import ModelConfig, Provider
 
 if TYPE_CHECKING:
@@ -115,8 +116,16 @@ def answer(request: "ModelRequest") -> ModelResponse:
     )
 
 
+# It reads no bytes: any image or document, as many as a spec shows (a URL is still read
+# once at load, for its hash).
+SCRIPTED_MEDIA = MediaLimits(
+    image_bytes=1 << 40, images=1 << 20, document_bytes=1 << 40, documents=1 << 20,
+    pages=1 << 30,
+)  # fmt: skip
+
 PROVIDER = Provider(
     name="scripted",
+    media=SCRIPTED_MEDIA,
     adapter=None,
     settings=("answer_field", "text"),
     check=_check,

@@ -102,15 +102,17 @@ def requests_hash(loaded: LoadedSpec, model: ModelConfig) -> str:
     agent: dict[str, Any] = _choice_fields(loaded)
     if spec.messages is not None or spec.tools is not None:  # absent otherwise: hashes stay
         agent |= {
-            "messages": [m.model_dump(mode="json") for m in spec.messages or []],
+            "messages": [m.model_dump(mode="json", exclude_none=True) for m in spec.messages or []],
             "tools": [t.model_dump(mode="json", exclude_none=True) for t in spec.tools or []],
             "tool_choice": spec.tool_choice,
             "step_budget": spec.step_budget,
             "tool_files": file_hashes(tool_files(loaded)),
         }
+    media = {"media": spec.media} if spec.media is not None else {}  # absent: hashes stay
     return hash_json(
         {
             **agent,
+            **media,
             "system": spec.system,
             "prompt": spec.prompt,
             "params": request_params(spec.params),
@@ -119,6 +121,14 @@ def requests_hash(loaded: LoadedSpec, model: ModelConfig) -> str:
             "base_url": key_base_url(model),
         }
     )
+
+
+def dataset_media_hash(content_hash: str, media_digest: str | None) -> str:
+    """The dataset's hash, covering the media files its samples show: the data's own
+    hash when they show none (so a text dataset's hash is what it was)."""
+    if media_digest is None:
+        return content_hash
+    return hash_json({"data": content_hash, "media": media_digest})
 
 
 def run_identity(loaded: LoadedSpec, dataset_hash: str) -> str:

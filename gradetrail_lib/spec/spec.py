@@ -59,6 +59,15 @@ else:
 class MessageTemplate(Strict):
     role: Literal["system", "user", "assistant"]
     content: str
+    # Sample fields holding images or documents shown after a user message's text
+    # (`spec.media`): a path relative to the dataset, a data: URI or an https URL each.
+    media: list[str] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _media_from_user(self) -> "MessageTemplate":
+        if self.media is not None and self.role != "user":
+            raise ValueError("media: only in a user message")
+        return self
 
     @field_validator("content")
     @classmethod
@@ -103,6 +112,9 @@ class Spec(Strict):
     # One user prompt, or a chat of templates (`messages:`), exactly one of them.
     prompt: str | None = None
     messages: list[MessageTemplate] | None = Field(default=None, min_length=1)
+    # Sample fields holding the images and documents shown after the prompt's text (with
+    # `messages:`, each user message names its own).
+    media: list[str] | None = Field(default=None, min_length=1)
     # An agent: the tools offered, and how many model calls a case may make.
     tools: list[ToolConfig] | None = Field(default=None, min_length=1)
     tool_choice: Literal["auto", "required", "none"] = "auto"
@@ -225,6 +237,14 @@ class Spec(Strict):
             raise ValueError("give prompt (one user message) or messages (a chat), one of them")
         if self.messages is not None and self.system is not None:
             raise ValueError("with messages, write the system message among them")
+        if self.media is not None and self.prompt is None:
+            raise ValueError("with messages, each user message names its own media")
+        if self.shows_media:
+            refused = [m.provider for m in self.models if providers.get(m.provider).media is None]
+            if refused:
+                raise ValueError(f"provider {refused[0]} takes no images or documents (media)")
+            if self.choices is not None:
+                raise ValueError("media: not with choices (a multiple-choice prompt is text)")
         incumbent = self.watch.incumbent if self.watch is not None else None
         names = [m.name for m in self.models]
         if incumbent is not None and incumbent not in names:
@@ -267,6 +287,11 @@ class Spec(Strict):
         refused = [m for m in self.models if "loglikelihood" not in providers.get(m.provider).kinds]
         if refused:
             raise ValueError(loglikelihood_refusal(refused[0].provider))
+
+    @property
+    def shows_media(self) -> bool:
+        """Whether its prompts hold images or documents (`media:`)."""
+        return self.media is not None or any(m.media for m in self.messages or [])
 
     @property
     def primary_scorer(self) -> str:

@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import hashlib
 import json
@@ -107,6 +108,8 @@ __all__ = [
     "Responder",
     "ResponderReply",
     "default_responder",
+    "media_digest",
+    "media_of",
     "last_user_message",
     "main",
 ]
@@ -292,9 +295,131 @@ def last_user_message(body: dict[str, Any]) -> str:
     return ""
 
 
+# ------------------------------------------------------------------ media parts
+
+_MAGIC = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+    "application/pdf": (b"%PDF-",),
+}
+_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
+
+
+def _decoded(media_type: Any, data: Any, allowed: tuple[str, ...]) -> bytes:
+    """The bytes of an inline medium, checked: a type among `allowed`, valid base64, and
+    bytes that begin as that type's do."""
+    if media_type not in allowed:
+        raise ValueError(f"media type {media_type!r} is not one of {', '.join(allowed)}")
+    if not isinstance(data, str):
+        raise ValueError("inline media data must be a base64 string")
+    decoded = base64.b64decode(data, validate=True)
+    if not decoded.startswith(_MAGIC[media_type]):
+        raise ValueError(f"the bytes are not {media_type}")
+    return decoded
+
+
+def _data_url_bytes(url: Any, allowed: tuple[str, ...]) -> bytes | str:
+    """An OpenAI ``data:`` URL's bytes, or an https URL itself."""
+    if isinstance(url, str) and url.startswith("https://"):
+        return url
+    match = re.fullmatch(r"data:([^;,]+);base64,(.*)", url or "", re.DOTALL)
+    if match is None:
+        raise ValueError("a media URL must be https:// or data:TYPE;base64,...")
+    return _decoded(match.group(1), match.group(2), allowed)
+
+
+def _openai_media(part: dict[str, Any]) -> bytes | str | None:
+    kind = part.get("type")
+    if kind == "text":
+        if not isinstance(part.get("text"), str):
+            raise ValueError("a text part needs text")
+        return None
+    if kind == "image_url":
+        return _data_url_bytes((part.get("image_url") or {}).get("url"), _IMAGE_TYPES)
+    if kind == "file":
+        file = part.get("file") or {}
+        if not isinstance(file.get("filename"), str):
+            raise ValueError("a file part needs file.filename")
+        return _data_url_bytes(file.get("file_data"), ("application/pdf",))
+    raise ValueError(f"unknown content part type {kind!r}")
+
+
+def _anthropic_media(block: dict[str, Any]) -> bytes | str | None:
+    kind = block.get("type")
+    if kind in ("text", "tool_use", "tool_result", "thinking"):
+        return None
+    if kind not in ("image", "document"):
+        raise ValueError(f"unknown content block type {kind!r}")
+    source = block.get("source") or {}
+    if source.get("type") == "url" and str(source.get("url", "")).startswith("https://"):
+        return str(source["url"])
+    if source.get("type") != "base64":
+        raise ValueError(f"an {kind} block's source must be base64 or url")
+    allowed = _IMAGE_TYPES if kind == "image" else ("application/pdf",)
+    return _decoded(source.get("media_type"), source.get("data"), allowed)
+
+
+def _gemini_media(part: dict[str, Any]) -> bytes | str | None:
+    if "inline_data" in part:
+        inline = part["inline_data"]
+        return _decoded(
+            inline.get("mime_type"), inline.get("data"), (*_IMAGE_TYPES, "application/pdf")
+        )
+    if not set(part) & {"text", "functionCall", "functionResponse"}:
+        raise ValueError(f"unknown part {sorted(part)}")
+    return None
+
+
+_OPENAI_PARTS = frozenset({"text", "image_url", "file"})
+_ANTHROPIC_BLOCKS = frozenset({"text", "image", "document", "tool_use", "tool_result", "thinking"})
+
+
+def media_of(body: dict[str, Any], api: str | None = None) -> list[bytes | str]:
+    """The images and documents of a request (bytes inline, or the URL sent), in order;
+    a ValueError naming what is wrong with a part's shape. `api` (openai, azure,
+    anthropic, gemini) holds each part to that API's types; without it a part's type
+    says which API's it is."""
+    found: list[bytes | str] = []
+    contents = body.get("contents")
+    if isinstance(contents, list):  # Gemini
+        for content in contents:
+            for part in (content or {}).get("parts") or []:
+                medium = _gemini_media(part)
+                if medium is not None:
+                    found.append(medium)
+        return found
+    allowed = {"anthropic": _ANTHROPIC_BLOCKS, "openai": _OPENAI_PARTS, "azure": _OPENAI_PARTS}
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            kind = part.get("type")
+            if api in allowed and kind not in allowed[api]:
+                raise ValueError(f"content part type {kind!r} is not one of {api}'s")
+            anthropic = api == "anthropic" or (api is None and kind in _ANTHROPIC_BLOCKS)
+            medium = _anthropic_media(part) if anthropic else _openai_media(part)
+            if medium is not None:
+                found.append(medium)
+    return found
+
+
+def media_digest(medium: bytes | str) -> str:
+    """What the fake answers about a medium: the sha256 of its bytes (of the URL's text
+    for a URL, which it does not fetch)."""
+    data = medium.encode() if isinstance(medium, str) else medium
+    return hashlib.sha256(data).hexdigest()
+
+
 def default_responder(body: dict[str, Any]) -> str:
-    """``"Answer: <a+b>"`` if the last user message has a line ``Q: <a> + <b>`` (the last such
-    line wins), else ``"Echo: <content>"``."""
+    """``"Media: <sha256>, ..."`` (each image's or document's, in order) when the request
+    shows media; else ``"Answer: <a+b>"`` if the last user message has a line
+    ``Q: <a> + <b>`` (the last such line wins), else ``"Echo: <content>"``."""
+    media = media_of(body)
+    if media:
+        return "Media: " + ", ".join(media_digest(m) for m in media)
     content = last_user_message(body)
     matches = _QA_RE.findall(content)
     if matches:
@@ -946,6 +1071,11 @@ class FakeLLMServer:
                 body = parsed
             if isinstance(parsed, dict) and parsed.get("stream"):
                 parse_error = "The fake server does not support streaming."
+            if parse_error is None and body is not None:
+                try:
+                    media_of(body, api)  # each format's media parts checked for their shape
+                except (ValueError, TypeError, AttributeError) as exc:
+                    parse_error = f"Invalid media part: {exc}"
         arguments = urllib.parse.parse_qs(query)
         if api == "azure" and not arguments.get("api-version"):
             parse_error, error_status = "Resource not found", 404  # as Azure answers
