@@ -179,7 +179,9 @@ def test_manifest_and_results_fields(tmp_path: Path, fake_server: FakeLLMServer)
         "failure_mode",
         "trajectory",
         "retrieval",
+        "choices",  # a multiple-choice sample's log-likelihoods (null for a generation)
     }
+    assert rows[0]["choices"] is None
     (call,) = rows[0]["calls"]
     assert call["role"] == "target" and len(call["request_key"]) == 64
     assert call["served_model"] == "fake-1-2026-01-01" and call["cache_hit"] is False
