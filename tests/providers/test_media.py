@@ -17,8 +17,11 @@ from gradetrail_lib import run_spec
 from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.providers.media import limit_problem, media_part, pdf_pages, sniff
 from gradetrail_lib.providers.openai_chat import OPENAI_MEDIA
+from tests.conftest import run_cli
 from tests.support.fake_llm_server import FakeLLMServer
-from tests.support.media_files import GIF, JPEG, WEBP, pdf, png
+from tests.support.media_files import GIF, JPEG, WEBP, make_charts, pdf, png
+
+REPO = Path(__file__).resolve().parents[2]
 
 COLOURS = [(255, 0, 0), (0, 128, 0), (0, 0, 255)]
 
@@ -225,3 +228,31 @@ def test_limits_count_images_and_sizes() -> None:
     assert limit_problem(OPENAI_MEDIA, "openai", [small] * 500) is None
     assert "501 images" in str(limit_problem(OPENAI_MEDIA, "openai", [small] * 501))
     assert limit_problem(None, "local", [small]) == "provider local takes no images or documents"
+
+
+def test_the_shipped_charts_spec_runs_offline_and_its_images_are_the_scripts(
+    tmp_path: Path,
+) -> None:
+    """specs/charts.yaml (the README tour's): every chart answered, each record keeping
+    its image's hash; the shipped PNGs are what scripts/make_charts.py draws."""
+    drawn = tmp_path / "drawn"
+    make_charts().main(drawn)
+    shipped = REPO / "specs" / "data"
+    for path in sorted((drawn / "charts").iterdir()):
+        assert path.read_bytes() == (shipped / "charts" / path.name).read_bytes(), path.name
+    assert (drawn / "charts.jsonl").read_text() == (shipped / "charts.jsonl").read_text()
+
+    shutil.copytree(REPO / "specs", tmp_path / "specs")
+    done = run_cli("run", "specs/charts.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "pass rate (score >= 1) 5/5" in done.stdout
+    (run_dir,) = (tmp_path / "results").glob("charts-oracle-*")
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 5
+    for record in records:
+        image = record["messages"][-1]["content"][1]
+        png_bytes = (shipped / "charts" / f"{record['id']}.png").read_bytes()
+        assert image == {
+            "type": "image", "media_type": "image/png", "sha256": sha(png_bytes),
+            "size": len(png_bytes),
+        }  # fmt: skip

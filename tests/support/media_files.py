@@ -1,25 +1,26 @@
-"""Small media files for tests: PNG images written with zlib and struct (no imaging
-library), a one-page PDF, and the headers of the other image types."""
+"""Small media files for tests: PNG images (by scripts/make_charts.py's writer: zlib and
+struct, no imaging library), a PDF of N pages, and the headers of the other image types."""
 
-import struct
-import zlib
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_charts.py"
+
+
+def make_charts() -> ModuleType:
+    """scripts/make_charts.py as a module: its PNG writer serves the tests too."""
+    spec = importlib.util.spec_from_file_location("make_charts", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
     """A solid `width` x `height` PNG of colour `rgb` (8-bit truecolour)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    row = b"\x00" + bytes(rgb) * width  # filter type 0, then the pixels
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(row * height))
-        + chunk(b"IEND", b"")
-    )
+    solid: bytes = make_charts().solid_png(width, height, rgb)
+    return solid
 
 
 def pdf(pages: int) -> bytes:
