@@ -21,6 +21,7 @@ from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
     from gradetrail_lib.cache.batches import BatchStore
+    from gradetrail_lib.cache.claims import Claims
     from gradetrail_lib.cache.executions import Executions
 
 
@@ -62,6 +63,11 @@ class Cache(Protocol):
         """Where provider batches are recorded beside the answers (a run by batch claims
         its keys there, so a killed run never pays twice); None: this cache keeps
         nothing past the run."""
+        ...
+
+    def claims(self) -> "Claims | None":
+        """Claims on the requests a run is about to send, so that runs sharing the cache
+        pay for each once (`claims.Claims`); None: this cache offers none."""
         ...
 
     def exec_cache(self) -> "Executions | None":

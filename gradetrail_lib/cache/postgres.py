@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.bursts import CacheWriter
+from gradetrail_lib.cache.claims import DEFAULT_TTL_S
 from gradetrail_lib.cache.journal import Journal, replay
 from gradetrail_lib.cache.responses import (
     COLUMN_NAMES,
@@ -108,6 +110,11 @@ CREATE TABLE IF NOT EXISTS batch_keys (
 )
 
 EXECUTIONS_SCHEMA = "CREATE TABLE IF NOT EXISTS executions (key TEXT PRIMARY KEY, value TEXT)"
+# Who is sending a request now, until when (gradetrail_lib.cache.claims).
+CLAIMS_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+    "expires_at TIMESTAMPTZ NOT NULL)"
+)
 
 # Arbitrary constants naming gradetrail's advisory locks (one namespace per database).
 _SCHEMA_LOCK = 0x67740001
@@ -283,7 +290,7 @@ class PostgresCache(PostgresDatabase):
     names it in messages, its password left out (`location.redact`)."""
 
     def __init__(self, url: str, *, where: str) -> None:
-        schema = [RESPONSES_SCHEMA, *BATCH_SCHEMA, EXECUTIONS_SCHEMA]
+        schema = [RESPONSES_SCHEMA, *BATCH_SCHEMA, EXECUTIONS_SCHEMA, CLAIMS_SCHEMA]
         super().__init__(url, where=where, schema=schema, what="the cache")
         # As a run's manifest records it: the URL without its password, which libpq
         # then reads from PGPASSWORD or ~/.pgpass as it did for the run.
@@ -371,6 +378,52 @@ class PostgresCache(PostgresDatabase):
 
     def exec_cache(self) -> "PostgresExecCache":
         return PostgresExecCache(self)
+
+    def claims(self) -> "PostgresClaims":
+        return PostgresClaims(self)
+
+
+class PostgresClaims:
+    """Claims in the cache's `claims` table (`gradetrail_lib.cache.claims`): a row per
+    claimed key with its owner and expiry, taken with `INSERT ... ON CONFLICT DO UPDATE
+    ... WHERE` the old claim expired (or is this owner's), so of runs claiming a key at
+    once exactly one gets it. Times are the server's (`now()`), not the machines'."""
+
+    def __init__(self, cache: PostgresCache, ttl_s: float = DEFAULT_TTL_S) -> None:
+        self._cache = cache
+        self._ttl_s = ttl_s
+        self.owner = uuid.uuid4().hex
+
+    @property
+    def ttl_s(self) -> float:
+        return self._ttl_s
+
+    def claim(self, keys: Sequence[str]) -> set[str]:
+        held: set[str] = set()
+        with self._cache.connection() as connection:
+            for chunk in _chunks(sorted(keys)):
+                rows = connection.execute(
+                    "INSERT INTO claims (key, owner, expires_at) "
+                    "SELECT k, %s, now() + make_interval(secs => %s) FROM unnest(%s::text[]) k "
+                    "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, "
+                    "expires_at = EXCLUDED.expires_at "
+                    "WHERE claims.expires_at < now() OR claims.owner = EXCLUDED.owner "
+                    "RETURNING key",
+                    [self.owner, self._ttl_s, chunk],
+                ).fetchall()
+                held.update(row[0] for row in rows)
+        return held
+
+    def renew(self) -> None:
+        with self._cache.connection() as connection:
+            connection.execute(
+                "UPDATE claims SET expires_at = now() + make_interval(secs => %s) WHERE owner = %s",
+                [self._ttl_s, self.owner],
+            )
+
+    def release(self) -> None:
+        with self._cache.connection() as connection:
+            connection.execute("DELETE FROM claims WHERE owner = %s", [self.owner])
 
 
 def _chunks(keys: Sequence[str]) -> Iterator[list[str]]:

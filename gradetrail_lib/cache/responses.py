@@ -284,6 +284,11 @@ class ResponseCache:
         """The code scorer's executions: a SQLite file beside the DuckDB file."""
         return ExecCache(exec_cache_path(self.path))
 
+    def claims(self) -> None:
+        """None yet: the file is written by one process at a time, and claims through it
+        are not implemented (runs on one machine may send a request both found missing)."""
+        return None
+
 
 def _drop_key_constraint(connection: Any) -> None:
     """Rewrites a table of the keyed format as the log: the rows stay, the index goes.

@@ -14,6 +14,7 @@ from gradetrail_lib.agents.loop import Outcome as StepOutcome
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.live_endpoints import live_requests
 from gradetrail_lib.cache.base import Cache, Writer
+from gradetrail_lib.cache.claims import POLL_S, Claims, Renewal
 from gradetrail_lib.engine.plan import Batch
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers import registry as providers
@@ -134,23 +135,98 @@ def fetch_responses(
     total = len(unique)
     if progress:
         progress(len(result.responses), total)
+    # Runs sharing the cache claim what they are about to send: this step sends what it
+    # claimed and waits for the rest, which other runs are sending (`cache.claims`).
+    claims = cache.claims() if missing else None
+    waiting: list[ModelRequest] = []
+    if claims is not None:
+        held = claims.claim([r.key for r in missing])
+        waiting = [r for r in missing if r.key not in held]
+        missing = _not_stored_since(cache, [r for r in missing if r.key in held], result, listener)
+
+    def report() -> None:
+        if progress:
+            progress(len(result.responses) + len(result.errors), total)
+
     # (No writer, and its thread, for a batch the cache answered whole.)
-    writer_scope = cache.writer() if missing else nullcontext(None)
-    with writer_scope as writer, live_requests(missing) as live:
+    writer_scope = cache.writer() if missing or waiting else nullcontext(None)
+    renewal = Renewal(claims) if claims is not None else nullcontext(None)
+    try:
+        with writer_scope as writer, renewal, live_requests(missing) as live:
 
-        def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
-            answered = result.take(request, outcome, writer)
-            if answered and listener is not None:
-                assert isinstance(outcome, ModelResponse)
-                listener.on_response(request.key, outcome, False)
-            if progress:
-                progress(len(result.responses) + len(result.errors), total)
-            if writer is not None and result.calls == len(live):
-                writer.finish()  # the last write need not wait for the backend to wind down
+            def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
+                answered = result.take(request, outcome, writer)
+                if answered and listener is not None:
+                    assert isinstance(outcome, ModelResponse)
+                    listener.on_response(request.key, outcome, False)
+                report()
+                if writer is not None and not waiting and result.calls == len(live):
+                    writer.finish()  # the last write need not wait for the backend to end
 
-        backend.run(live, on_result)
+            backend.run(live, on_result)
+            if claims is not None and waiting:
+                _await_claimed(waiting, cache, claims, backend, result, listener, on_result)
+    finally:
+        if claims is not None:
+            claims.release()  # after the writer stored the answers: a waiter finds them
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _not_stored_since(
+    cache: Cache,
+    claimed: list[ModelRequest],
+    result: "Responses",
+    listener: "ResponseListener | None",
+) -> list[ModelRequest]:
+    """Of requests just claimed, those still to send: another run may have stored one
+    between this step's lookup and its claim (then released it), and it is taken as that
+    run's answer (a cache hit here)."""
+    if not claimed:
+        return claimed
+    stored = cache.lookup([r.key for r in claimed])
+    _take_stored(stored, result, listener)
+    return [r for r in claimed if r.key not in stored]
+
+
+def _take_stored(
+    stored: dict[str, ModelResponse], result: "Responses", listener: "ResponseListener | None"
+) -> None:
+    for key, response in stored.items():
+        result.responses[key] = response
+        result.cache_hits.add(key)
+        if listener is not None:
+            listener.on_response(key, response, True)
+
+
+def _await_claimed(
+    waiting: list[ModelRequest],
+    cache: Cache,
+    claims: Claims,
+    backend: Backend,
+    result: "Responses",
+    listener: "ResponseListener | None",
+    on_result: Callable[[ModelRequest, ModelResponse | ProviderError], None],
+) -> None:
+    """Waits for the answers of requests other runs claimed, taking each from the cache
+    as it is stored; one whose claim lapsed (its owner died) or was released without an
+    answer (its call failed) is claimed and sent here."""
+    pending = {r.key: r for r in waiting}
+    while pending:
+        stored = cache.lookup(list(pending))
+        _take_stored(stored, result, listener)
+        for key in stored:
+            del pending[key]
+        if not pending:
+            return
+        taken = claims.claim(list(pending))
+        if not taken:
+            time.sleep(POLL_S)
+            continue
+        send = _not_stored_since(cache, [pending.pop(k) for k in sorted(taken)], result, listener)
+        if send:
+            with live_requests(send) as live:
+                backend.run(live, on_result)
 
 
 def _agent_responses(

@@ -1,6 +1,6 @@
 """Many writers on one Postgres cache (step 14, item 2): processes and threads running
 the same spec at once lose no answer and store every key once; a request two of them
-both found missing may be sent twice (counted here: the fake server's calls against the
+both found missing is claimed by one and sent once (the fake server's calls against the
 distinct requests). And the Postgres-only machinery under it: bursts that overlap in
 any order do not deadlock, claims on batch keys take turns, N processes create the
 tables at once."""
@@ -92,7 +92,7 @@ def test_processes_and_threads_running_one_spec_store_every_answer_once(
         sent = [last_user_message(r["body"]) for r in server.requests]
     distinct = set(sent)
     assert len(distinct) == n  # every request was sent by some run
-    assert n <= len(sent) <= n * (processes + threads)
+    assert n <= len(sent) <= n * 1.05  # claimed before sent (gradetrail_lib.cache.claims)
     # Stored once each, and every run's records hold an answer for every sample.
     stored = direct(postgres_url, "SELECT count(*), count(DISTINCT key) FROM responses")
     assert stored == [(n, n)]
