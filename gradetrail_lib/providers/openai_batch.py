@@ -33,6 +33,7 @@ from gradetrail_lib.providers.batch import (
     json_lines,
 )
 from gradetrail_lib.providers.openai_chat import OpenAIChatAdapter
+from gradetrail_lib.providers.openai_responses import OpenAIAdapter
 
 if TYPE_CHECKING:
     from gradetrail_lib.providers.base import ModelRequest
@@ -59,9 +60,10 @@ OPENAI_LIMITS = BatchLimits(max_requests=50_000, max_bytes=200 * 1024 * 1024)
 
 @dataclass(frozen=True)
 class OpenAIBatchAPI:
-    adapter: OpenAIChatAdapter
+    adapter: OpenAIChatAdapter | OpenAIAdapter
     limits: BatchLimits = OPENAI_LIMITS
-    # The `endpoint` of the batch and the `url` of its lines.
+    # The `endpoint` of the batch and the `url` of its lines (provider `openai`: its
+    # adapter's, `/v1/responses` for a model with `api: responses`).
     endpoint_path: str = "/v1/chat/completions"
     # Azure: `/openai` before every path and `?api-version=` after it.
     prefix: str = ""
@@ -76,17 +78,24 @@ class OpenAIBatchAPI:
     def _headers(self, api_key: str | None) -> dict[str, str]:
         return self.adapter.headers(api_key)
 
+    def _path(self, endpoint: Endpoint) -> str:
+        if isinstance(self.adapter, OpenAIAdapter):
+            return self.adapter.path(endpoint)
+        return self.endpoint_path
+
     def line(self, request: ModelRequest) -> bytes:
         entry = {
             "custom_id": request.key,
             "method": "POST",
-            "url": self.endpoint_path,
+            "url": self._path(request.endpoint),
             "body": self.adapter.body(request),
         }
         return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode()
 
     def submit(self, conn: Connection, lines: Sequence[bytes], submission: str) -> str:
         content = b"\n".join(lines) + b"\n"
+        # A batch holds one model's requests, so its lines share one endpoint.
+        endpoint_path = json.loads(lines[0])["url"] if lines else self.endpoint_path
         uploaded = checked(
             conn.client.post(
                 self._url(conn.endpoint, "/files"),
@@ -102,7 +111,7 @@ class OpenAIBatchAPI:
                 headers=self._headers(conn.api_key),
                 json={
                     "input_file_id": uploaded["id"],
-                    "endpoint": self.endpoint_path,
+                    "endpoint": endpoint_path,
                     "completion_window": "24h",
                     "metadata": {SUBMISSION_KEY: submission},
                 },
@@ -193,7 +202,7 @@ def _status(body: dict[str, Any]) -> BatchStatus:
     )
 
 
-def _result(adapter: OpenAIChatAdapter, entry: dict[str, Any]) -> BatchResult:
+def _result(adapter: OpenAIChatAdapter | OpenAIAdapter, entry: dict[str, Any]) -> BatchResult:
     key = str(entry["custom_id"])
     response = entry.get("response") or {}
     error = entry.get("error")

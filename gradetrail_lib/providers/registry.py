@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -273,6 +273,9 @@ class ModelConfig(Strict):
     text: str | None = None
     # Provider `azure_openai` only: the API version (default: its current GA version).
     api_version: str | None = None
+    # Provider `openai` only: Chat Completions (`chat`) or the Responses API (`responses`);
+    # by default `responses` for the families served only there, else `chat`.
+    api: Literal["chat", "responses"] | None = None
 
     @field_validator("provider")
     @classmethod

@@ -183,11 +183,49 @@ def _gemini_conversation(body: dict[str, Any]) -> Conversation:
     return Conversation(system, messages, tools, _GEMINI_MODES.get(mode, mode))
 
 
+def _responses_conversation(body: dict[str, Any]) -> Conversation:
+    """A Responses API body: `instructions`, then input items (messages, `function_call`
+    and `function_call_output` items) read back as neutral messages."""
+    system = [str(body["instructions"])] if body.get("instructions") else []
+    messages: list[Message] = []
+    names: dict[str, str] = {}
+    for item in body.get("input") or []:
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            call = {
+                "id": item["call_id"],
+                "name": item["name"],
+                "arguments": _arguments(item.get("arguments")),
+            }
+            names[call["id"]] = call["name"]
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            elif last is not None and last["role"] == "assistant":
+                last["tool_calls"] = [call]
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            call_id = item["call_id"]
+            messages.append(
+                {"role": "tool", "tool_call_id": call_id, "name": names.get(call_id, ""),
+                 "content": str(item.get("output", ""))}
+            )  # fmt: skip
+        elif item.get("role") in ("system", "developer"):
+            system.append(_text(item.get("content")))
+        else:
+            messages.append({"role": item.get("role"), "content": _text(item.get("content"))})
+    tools = [str(t["name"]) for t in body.get("tools") or []]
+    return Conversation("\n\n".join(system), messages, tools, _tool_choice(body.get("tool_choice")))
+
+
 def conversation(body: dict[str, Any]) -> Conversation:
-    """The body of a Chat Completions, Messages or generateContent request, read
-    provider-neutrally."""
+    """The body of a Chat Completions, Responses, Messages or generateContent request,
+    read provider-neutrally."""
     if "contents" in body:
         return _gemini_conversation(body)
+    if "input" in body:
+        return _responses_conversation(body)
     system: list[str] = []
     if body.get("system"):
         system.append(_text(body["system"]))

@@ -56,6 +56,8 @@ class FakeBatch:
     created: float
     ends: float
     metadata: dict[str, str] = field(default_factory=dict)
+    # An OpenAI batch's endpoint: its lines' `url` (Chat Completions or Responses).
+    endpoint: str = "/v1/chat/completions"
     # How many requests run before it expires (None: all).
     expire_after: int | None = None
     cancelled_at: float | None = None
@@ -70,6 +72,10 @@ class FakeBatch:
             return sum(1 for kind, _ in self.results.values() if kind == "ok")
         span = max(self.ends - self.created, 1e-9)
         return min(len(self.lines), int(len(self.lines) * (now - self.created) / span))
+
+
+# The endpoints an OpenAI batch may name (Azure's without `/v1`).
+_ENDPOINTS = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/responses"})
 
 
 class FakeBatches:
@@ -173,6 +179,8 @@ class FakeBatches:
 
         results: dict[str, tuple[str, Any]] = {}
         path = ANTHROPIC_MESSAGES_PATH if batch.api == "anthropic" else OPENAI_CHAT_PATH
+        if batch.api == "openai" and batch.endpoint == "/v1/responses":
+            path = "/v1/responses"
         run = len(batch.lines)
         if batch.expire_after is not None:
             run = min(run, batch.expire_after)
@@ -232,12 +240,12 @@ class FakeBatches:
             lines = [json.loads(t) for t in content.splitlines() if t.strip()]
             if self.max_requests is not None and len(lines) > self.max_requests:
                 return _json_reply(400, {"error": {"message": "too many requests"}})
-            if any(
-                line.get("url") not in ("/v1/chat/completions", "/chat/completions")
-                for line in lines
-            ):
+            endpoint = spec.get("endpoint")
+            urls = {endpoint, endpoint.removeprefix("/v1")} if isinstance(endpoint, str) else set()
+            if endpoint not in _ENDPOINTS or any(line.get("url") not in urls for line in lines):
                 return _json_reply(400, {"error": {"message": "bad url in a line"}})
             batch = self._create("openai", lines, dict(spec.get("metadata") or {}))
+            batch.endpoint = endpoint
             if self.hold_create_s:
                 await asyncio.sleep(self.hold_create_s)
             return _json_reply(200, self._openai_object(batch))
@@ -293,7 +301,7 @@ class FakeBatches:
         return {
             "id": batch.id,
             "object": "batch",
-            "endpoint": "/v1/chat/completions",
+            "endpoint": batch.endpoint,
             "input_file_id": None,
             "completion_window": "24h",
             "status": status,

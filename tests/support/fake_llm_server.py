@@ -3,6 +3,11 @@
 It speaks real HTTP/1.1 on 127.0.0.1 and imitates these provider endpoints:
 
 * ``POST /v1/chat/completions`` -- OpenAI Chat Completions shape,
+* ``POST /v1/responses``        -- OpenAI Responses shape (``input`` items and
+  ``instructions`` in, ``output`` items out: a reasoning summary when ``reasoning`` is
+  asked for, the message, ``function_call`` items; ``incomplete`` at
+  ``max_output_tokens``); a Chat Completions field, or a ``function_call_output`` whose
+  ``call_id`` no earlier ``function_call`` has, is a 400,
 * ``POST /v1/messages``         -- Anthropic Messages shape,
 * ``POST /v1beta/models/{model}:generateContent`` -- Gemini shape (``contents`` in,
   ``candidates`` out, errors as ``{"error": {"code", "message", "status"}}``),
@@ -105,6 +110,7 @@ __all__ = [
     "FakeLLMServer",
     "GEMINI_GENERATE_PATH",
     "OPENAI_CHAT_PATH",
+    "RESPONSES_PATH",
     "Responder",
     "ResponderReply",
     "default_responder",
@@ -117,6 +123,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OPENAI_CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
 ANTHROPIC_MESSAGES_PATH = "/v1/messages"
 MODELS_PATH = "/v1/models"
 GEMINI_MODELS_PATH = "/v1beta/models"
@@ -275,6 +282,12 @@ def last_user_message(body: dict[str, Any]) -> str:
     An Anthropic user message of tool results only is not one (in OpenAI's shape those are
     ``role: tool`` messages), nor is a Gemini content of function responses only, so every
     format gives the same text."""
+    items = body.get("input")
+    if isinstance(items, list):  # the Responses API
+        for item in reversed(items):
+            if isinstance(item, dict) and item.get("role") == "user":
+                return _text_of(item.get("content"))
+        return ""
     contents = body.get("contents")
     if isinstance(contents, list):  # Gemini
         for content in reversed(contents):
@@ -372,6 +385,56 @@ def _gemini_media(part: dict[str, Any]) -> bytes | str | None:
     return None
 
 
+def _responses_media(part: dict[str, Any]) -> bytes | str | None:
+    kind = part.get("type")
+    if kind in ("input_text", "output_text"):
+        if not isinstance(part.get("text"), str):
+            raise ValueError(f"an {kind} part needs text")
+        return None
+    if kind == "input_image":
+        return _data_url_bytes(part.get("image_url"), _IMAGE_TYPES)
+    if kind == "input_file":
+        if not isinstance(part.get("filename"), str):
+            raise ValueError("an input_file part needs filename")
+        return _data_url_bytes(part.get("file_data"), ("application/pdf",))
+    raise ValueError(f"unknown input content type {kind!r}")
+
+
+def check_responses_body(body: dict[str, Any]) -> None:
+    """A Responses API request's shape: no Chat Completions fields, input items each a
+    message or a function call or its output (an output answering a call made before)."""
+    for name in ("messages", "max_tokens", "max_completion_tokens", "reasoning_effort"):
+        if name in body:
+            raise ValueError(f"Unsupported parameter: '{name}' (a Chat Completions field)")
+    calls: set[str] = set()
+    for item in body["input"]:
+        kind = item.get("type", "message")
+        if kind == "message":
+            if item.get("role") not in ("user", "assistant", "system", "developer"):
+                raise ValueError(f"an input message's role {item.get('role')!r}")
+            if not isinstance(item.get("content"), str | list):
+                raise ValueError("an input message's content must be a text or a list")
+        elif kind == "function_call":
+            if not isinstance(item.get("arguments"), str) or not item.get("call_id"):
+                raise ValueError("a function_call item needs call_id and arguments (a string)")
+            calls.add(item["call_id"])
+        elif kind == "function_call_output":
+            if item.get("call_id") not in calls:
+                raise ValueError(
+                    f"No tool call found for output with call_id {item.get('call_id')}"
+                )
+            if not isinstance(item.get("output"), str):
+                raise ValueError("a function_call_output's output must be a string")
+        else:
+            raise ValueError(f"unknown input item type {kind!r}")
+    reasoning = body.get("reasoning")
+    if reasoning is not None and reasoning.get("effort") not in REASONING_TOKENS:
+        raise ValueError(f"reasoning.effort {reasoning.get('effort')!r}")
+    for tool in body.get("tools") or []:
+        if tool.get("type") != "function" or "function" in tool or not tool.get("name"):
+            raise ValueError("a Responses tool is {type: function, name, parameters}")
+
+
 _OPENAI_PARTS = frozenset({"text", "image_url", "file"})
 _ANTHROPIC_BLOCKS = frozenset({"text", "image", "document", "tool_use", "tool_result", "thinking"})
 
@@ -382,6 +445,14 @@ def media_of(body: dict[str, Any], api: str | None = None) -> list[bytes | str]:
     anthropic, gemini) holds each part to that API's types; without it a part's type
     says which API's it is."""
     found: list[bytes | str] = []
+    if isinstance(body.get("input"), list):  # the Responses API
+        for item in body["input"]:
+            content = item.get("content") if isinstance(item, dict) else None
+            for part in content if isinstance(content, list) else []:
+                medium = _responses_media(part)
+                if medium is not None:
+                    found.append(medium)
+        return found
     contents = body.get("contents")
     if isinstance(contents, list):  # Gemini
         for content in contents:
@@ -430,6 +501,11 @@ def default_responder(body: dict[str, Any]) -> str:
 
 def _prompt_words(body: dict[str, Any]) -> int:
     n = len(_text_of(body.get("system")).split())
+    n += len(_text_of(body.get("instructions")).split())
+    for item in body.get("input") or []:  # the Responses API
+        if isinstance(item, dict):
+            n += len(_text_of(item.get("content")).split())
+            n += len(str(item.get("output") or "").split())
     instruction = body.get("systemInstruction")
     if isinstance(instruction, dict):  # Gemini
         n += len(_text_of(instruction.get("parts")).split())
@@ -468,7 +544,9 @@ def _reply_parts(reply: ResponderReply) -> tuple[str, list[tuple[str, dict[str, 
 def _max_tokens(body: dict[str, Any]) -> int | None:
     config = body.get("generationConfig")
     gemini = config.get("maxOutputTokens") if isinstance(config, dict) else None
-    for value in (gemini, body.get("max_tokens"), body.get("max_completion_tokens")):
+    values = (gemini, body.get("max_tokens"), body.get("max_completion_tokens"),
+              body.get("max_output_tokens"))  # fmt: skip
+    for value in values:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
@@ -501,6 +579,8 @@ def _api_of(path: str) -> str | None:
     """Which API a completion path speaks: openai, anthropic, gemini or azure."""
     if path == OPENAI_CHAT_PATH:
         return "openai"
+    if path == RESPONSES_PATH:
+        return "responses"
     if path == ANTHROPIC_MESSAGES_PATH:
         return "anthropic"
     if _GEMINI_PATH_RE.match(path):
@@ -1053,7 +1133,7 @@ class FakeLLMServer:
         self, path: str, headers: dict[str, str], raw: bytes, query: str = ""
     ) -> _Reply:
         api = _api_of(path)
-        conversation = "contents" if api == "gemini" else "messages"
+        conversation = {"gemini": "contents", "responses": "input"}.get(api or "", "messages")
         body: dict[str, Any] | None = None
         parse_error: str | None = None
         error_status = 400
@@ -1073,6 +1153,8 @@ class FakeLLMServer:
                 parse_error = "The fake server does not support streaming."
             if parse_error is None and body is not None:
                 try:
+                    if api == "responses":
+                        check_responses_body(body)
                     media_of(body, api)  # each format's media parts checked for their shape
                 except (ValueError, TypeError, AttributeError) as exc:
                     parse_error = f"Invalid media part: {exc}"
@@ -1283,6 +1365,8 @@ def _completion_reply(
     limit = _max_tokens(body)
     reasoning = 0
     effort = body.get("reasoning_effort")
+    if path == RESPONSES_PATH:
+        effort = (body.get("reasoning") or {}).get("effort")
     if isinstance(effort, str):
         reasoning = REASONING_TOKENS.get(effort, 0)
     thinking = body.get("thinking")
@@ -1332,6 +1416,14 @@ def _completion_reply(
             },
         )
     model = served_model or str(body.get("model") or "fake-model")
+    if path == RESPONSES_PATH:
+        return _json_reply(
+            200,
+            _responses_object(
+                body, text, seq, model, tool_calls, truncated, reasoning,
+                prompt_tokens, completion_tokens, usage.cached,
+            ),
+        )  # fmt: skip
     if path == ANTHROPIC_MESSAGES_PATH:
         content: list[dict[str, Any]] = []
         if reasoning:
@@ -1384,6 +1476,57 @@ def _completion_reply(
             ),
         },
     )
+
+
+def _responses_object(
+    body: dict[str, Any],
+    text: str,
+    seq: int,
+    model: str,
+    tool_calls: Sequence[tuple[str, str, dict[str, Any]]],
+    truncated: bool,
+    reasoning: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    cached: tuple[int, int, str] | None,
+) -> dict[str, Any]:
+    """A Responses API answer: a reasoning item (its summary, when reasoning was asked
+    for), the message, then a `function_call` item per call; `incomplete` when the text
+    was cut at `max_output_tokens`."""
+    output: list[dict[str, Any]] = []
+    if body.get("reasoning") is not None:
+        output.append(
+            {"type": "reasoning", "id": f"rs_fake{seq:08d}",
+             "summary": [{"type": "summary_text", "text": f"Thought {reasoning} tokens."}]}
+        )  # fmt: skip
+    if text or not tool_calls:
+        output.append(
+            {"type": "message", "id": f"msg_fake{seq:08d}", "role": "assistant",
+             "status": "incomplete" if truncated else "completed",
+             "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        )  # fmt: skip
+    output.extend(
+        {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+         "arguments": json.dumps(arguments), "status": "completed"}
+        for call_id, name, arguments in tool_calls
+    )  # fmt: skip
+    incomplete = truncated and not tool_calls
+    return {
+        "id": f"resp_fake{seq:08d}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if incomplete else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "model": model,
+        "output": output,
+        "usage": {
+            "input_tokens": prompt_tokens,
+            "input_tokens_details": {"cached_tokens": cached[0] if cached and cached[1] else 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": prompt_tokens + output_tokens,
+        },
+    }
 
 
 def _openai_usage(
