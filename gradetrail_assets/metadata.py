@@ -66,6 +66,8 @@ def responses_metadata(fetched: FetchedRun, *, local: bool = False) -> dict[str,
         # Floats, so Dagster plots them; left out when a price is unknown (never 0).
         costs = _floats({"cost_usd": fetched.cost_usd, "cost_saved_usd": fetched.cost_saved_usd})
     agent = {name: dg.MetadataValue.int(value) for name, value in fetched.agent.items()}
+    # Shown for a spec whose prompts hold images or documents (absent otherwise).
+    media = {"media": dg.MetadataValue.int(fetched.media)} if fetched.media else {}
     return {
         "requests": dg.MetadataValue.int(fetched.requests),
         "cache_hits": dg.MetadataValue.int(fetched.cache_hits),
@@ -77,6 +79,7 @@ def responses_metadata(fetched: FetchedRun, *, local: bool = False) -> dict[str,
         "wall_s": dg.MetadataValue.float(round(fetched.wall_s, 3)),
         "execution": dg.MetadataValue.json(fetched.execution),
         **agent,
+        **media,
         **costs,
     }
 

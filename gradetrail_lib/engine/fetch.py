@@ -47,6 +47,8 @@ class FetchedRun:
     # batch and prompt caching saved on them; None when a price is unknown.
     cost_usd: float | None = 0.0
     cost_saved_usd: float | None = 0.0
+    # The distinct images and documents the prompts showed (by hash).
+    media: int = 0
 
 
 def fetch_run(
@@ -116,4 +118,5 @@ def _fetch_run(
             fetched.sent.add(k for k in responses.responses if k not in responses.cache_hits)
     fetched.wall_s = timings.get("cache_lookup", 0.0) + timings.get("responses", 0.0)
     fetched.fingerprint = digest.hexdigest()
+    fetched.media = len(plan.renderer.media.seen)
     return fetched

@@ -41,7 +41,9 @@ from gradetrail_lib.analysis.summary import (
     format_total_cost,
 )
 from gradetrail_lib.errors import NotComparable
+from gradetrail_lib.providers.media import message_text
 from gradetrail_lib.providers.pricing import format_call_cost, format_usd
+from gradetrail_lib.report.media import MediaView, media_files, media_views
 from gradetrail_lib.report.svg import ForestRow, forest_plot
 from gradetrail_lib.results.runs import Run, distinct_labels, load_runs
 from gradetrail_lib.results.text import visible
@@ -71,6 +73,8 @@ FAILURE_LABELS = {
 class Message:
     role: str
     text: str
+    # Its images and documents (`report.media`), after the text.
+    media: tuple[MediaView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -211,15 +215,23 @@ def calibration_table(calibrations: Sequence[Calibration]) -> CalibrationTable:
     return CalibrationTable(rows, notes)
 
 
-def _messages(raw: Any) -> list[Message]:
+def _messages(raw: Any, files: Mapping[str, str] | None = None) -> list[Message]:
+    """The messages as shown: a text, or with media the text parts and each medium
+    (`files`: the media files found by hash, for thumbnails)."""
     if not isinstance(raw, list):
         return []
     out = []
     for m in raw:
         if isinstance(m, Mapping):
             content = m.get("content")
-            text = content if isinstance(content, str) else json.dumps(content, indent=2)
-            out.append(Message(str(m.get("role", "?")), text))
+            media = tuple(media_views(content, files or {}))
+            if isinstance(content, str):
+                text = content
+            elif media:
+                text = message_text(content)
+            else:
+                text = json.dumps(content, indent=2)
+            out.append(Message(str(m.get("role", "?")), text, media))
     return out
 
 
@@ -300,10 +312,17 @@ def _trajectory_error(record: TraceRecord) -> str | None:
     return None
 
 
-def sample_view(record: TraceRecord, primary: str, threshold: float, anchor: str) -> FailedSample:
+def sample_view(
+    record: TraceRecord,
+    primary: str,
+    threshold: float,
+    anchor: str,
+    media: Mapping[str, str] | None = None,
+) -> FailedSample:
     """A sample as the report shows a failed one (and the viewer any one): its kind of
     failure, if it failed, and everything `sample.html.j2` renders; `anchor` prefixes
-    the ids of its steps' elements, unique within a page."""
+    the ids of its steps' elements, unique within a page; `media`: the run's media files
+    by hash (`report.media.media_files`), for its images' thumbnails."""
     # Truncation first: a cut-off answer is a budget problem, not a wrong answer.
     kind = "truncated" if record.truncated else (record.failure_mode or "below_threshold")
     label = FAILURE_LABELS.get(kind, "below the pass threshold")
@@ -336,7 +355,7 @@ def sample_view(record: TraceRecord, primary: str, threshold: float, anchor: str
         kind=kind,
         label=label,
         score=record.score_of(primary),
-        messages=_messages(record.messages),
+        messages=_messages(record.messages, media),
         response=record.response,
         stop_reason=record.stop_reason,
         reason=primary_entry.reason if primary_entry else "",
@@ -476,6 +495,7 @@ def build_views(
         totals = RunTotals(run.manifest.scorer_names)
         failures: list[FailedSample] = []
         records = iter(run)  # streamed: the totals and the failures' views are kept
+        files = media_files(run.manifest)
         position = 0
         while batch := list(islice(records, READ_BATCH)):
             totals.add_all(batch)
@@ -483,7 +503,7 @@ def build_views(
             # not grade, a Python scorer that raised), or an agent stopped early: all need
             # a reader's eyes.
             failures += [
-                sample_view(r, primary, threshold, f"run{number}-sample{position + i}")
+                sample_view(r, primary, threshold, f"run{number}-sample{position + i}", files)
                 for i, r in enumerate(batch)
                 if not r.passes(primary, threshold)
                 or r.scorer_error() is not None

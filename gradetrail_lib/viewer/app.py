@@ -49,7 +49,7 @@ NO_LABELS = (
     "without it, so it shows runs read-only"
 )
 CSP = (
-    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
     "base-uri 'none'; frame-ancestors 'none'"
 )
 HEADERS = [

@@ -33,6 +33,7 @@ from gradetrail_lib.report.html import (
     reproducibility_facts,
     sample_view,
 )
+from gradetrail_lib.report.media import media_files
 from gradetrail_lib.report.svg import ForestRow, HistoryPoint, forest_plot, history_plot
 from gradetrail_lib.results.runs import Run, distinct_labels
 from gradetrail_lib.results.text import visible
@@ -465,7 +466,9 @@ class Pages:
                 name=name,
                 label=run.manifest.label,
                 record=record,
-                view=sample_view(record, primary, index.threshold, "sample"),
+                view=sample_view(
+                    record, primary, index.threshold, "sample", media_files(run.manifest)
+                ),
                 failing=bool(index.failing()[position]),
                 cells=_cells(record, run.manifest.scorer_names, index.threshold),
                 primary=primary,

