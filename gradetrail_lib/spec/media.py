@@ -135,4 +135,8 @@ def _read_url(url: str) -> Resolved:
     except httpx.HTTPError as exc:
         raise ValueError(f"{url}: {type(exc).__name__}") from exc
     name = os.path.basename(unquote(parts.path)) or "document"
-    return Resolved(_part(bytes(data), url), MediaSource(data=bytes(data), url=url, name=name))
+    # Only an https URL is passed on to a provider that fetches URLs: a loopback one
+    # (tests, a local server) means nothing to it, so its bytes are inlined.
+    passed = url if parts.scheme == "https" else None
+    source = MediaSource(data=bytes(data), url=passed, name=name)
+    return Resolved(_part(bytes(data), url), source)

@@ -256,3 +256,46 @@ def test_the_shipped_charts_spec_runs_offline_and_its_images_are_the_scripts(
             "type": "image", "media_type": "image/png", "sha256": sha(png_bytes),
             "size": len(png_bytes),
         }  # fmt: skip
+
+
+def test_a_url_is_read_once_at_load_keyed_by_its_bytes_and_inlined_from_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A media URL (here http on 127.0.0.1, a file server) is read at load for its hash;
+    its bytes are sent inline (only an https URL is passed on to a provider); a URL
+    off this machine that is not https is refused at load with the sample's line."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    image = png(5, 5, (7, 7, 7))
+    (served / "u.png").write_bytes(image)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-0123456789")
+    try:
+        with FakeLLMServer() as srv:
+            spec = write_project(tmp_path, "anthropic", "claude-sonnet-4-5", "", srv.base_url)
+            data = tmp_path / "data" / "charts.jsonl"
+            rows = [json.loads(line) for line in data.read_text().splitlines()]
+            rows[1]["chart"] = f"http://127.0.0.1:{httpd.server_address[1]}/u.png"
+            rows[1]["answer"] = sha(image)
+            data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (done,) = run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+            assert [r.score_of("score") for r in done.records] == [1.0, 1.0, 1.0]
+            sources = [r["body"]["messages"][0]["content"][1]["source"] for r in srv.requests]
+            inline = {"type": "base64", "media_type": "image/png",
+                      "data": base64.b64encode(image).decode()}  # fmt: skip
+            assert inline in sources
+
+            rows[1]["chart"] = "http://example.invalid/u.png"
+            data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            with pytest.raises(InputError, match=r"^data/charts.jsonl:2: chart: .*must be https"):
+                run_spec(spec, results_root=tmp_path / "r", cache=tmp_path / "c.db")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
