@@ -52,7 +52,8 @@ from gradetrail_lib.report.html import write_report
 from gradetrail_lib.results.runs import RESULTS_FILE, load_run
 from gradetrail_lib.results.text import markdown_text
 from gradetrail_lib.results.trace import iter_records
-from gradetrail_lib.spec.identity import scorer_hash, spec_requests_hash
+from gradetrail_lib.spec.identity import dataset_media_hash, scorer_hash, spec_requests_hash
+from gradetrail_lib.spec.prompts import media_digest
 from gradetrail_lib.spec.spec import LoadedSpec
 
 DB_POOL = "gradetrail_duckdb"
@@ -160,8 +161,14 @@ def _dataset_result(loaded: LoadedSpec) -> dg.MaterializeResult:  # type: ignore
     (`len` would hold every sample); its content hash is the data version."""
     loaded_dataset = load_spec_dataset(loaded)
     samples = sum(1 for _ in loaded_dataset.validated())
+    # A spec showing images or documents: the data version covers those files too, so
+    # editing one makes the dataset (and what reads it) stale, as the run identity does.
+    media = media_digest(
+        loaded.spec, loaded_dataset, loaded_dataset.path.parent, loaded.spec.dataset.label
+    )
+    version = dataset_media_hash(loaded_dataset.content_hash, media)
     return dg.MaterializeResult(
-        data_version=dg.DataVersion(loaded_dataset.content_hash),
+        data_version=dg.DataVersion(version),
         metadata={
             "samples": dg.MetadataValue.int(samples),
             "content_hash": dg.MetadataValue.text(loaded_dataset.content_hash),

@@ -1,5 +1,6 @@
 """A spec's prompt: the first messages of each sample's conversation, rendered."""
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from gradetrail_lib.datasets.dataset import Sample
@@ -90,3 +91,16 @@ class PromptRenderer:
                     sources[resolved.part["sha256"]] = resolved.source
             messages[i]["content"] = parts
         return messages, sources
+
+
+def media_digest(spec: Spec, samples: Iterable[Sample], media_dir: Path, where: str) -> str | None:
+    """A hash of the media files `samples` show under `spec` (None when it shows none):
+    what `RunPlan.dataset_hash` adds to the data's hash, read without rendering."""
+    fields = [*(spec.media or []), *(f for m in spec.messages or [] for f in m.media or [])]
+    if not fields:
+        return None
+    resolver = MediaResolver(media_dir)
+    for sample in samples:
+        for field in fields:
+            resolver.resolve(sample, field, where)
+    return resolver.digest()
