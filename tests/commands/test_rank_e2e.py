@@ -11,37 +11,16 @@ import pytest
 from gradetrail_lib.analysis.stats.paired import mcnemar_exact
 from gradetrail_lib.results.runs import load_run
 from tests.conftest import run_cli
+from tests.support.scripted_specs import write_scripted_spec
 
 CASES = 40
 
 
 def _runs(root: Path, repeats: int = 1) -> dict[str, Path]:
-    (root / "data").mkdir()
-    rows = [
-        {
-            "id": f"c{i}",
-            "answer": f"a{i}",
-            "x": f"a{i}" if i < 10 else "no",
-            "y": f"a{i}" if i < 38 else "no",
-            "z": f"a{i}" if i < 38 and i != 5 else "no",
-        }
-        for i in range(CASES)
-    ]
-    (root / "data" / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = root / "rk.yaml"
-    spec.write_text(
-        "name: rk\n"
-        "dataset: {path: data/r.jsonl}\n"
-        "prompt: 'say {{ answer }}'\n"
-        "models:\n"
-        "  - {provider: scripted, name: x, answer_field: x}\n"
-        "  - {provider: scripted, name: y, answer_field: y}\n"
-        "  - {provider: scripted, name: z, answer_field: z}\n"
-        f"repeats: {repeats}\n"
-        "params: {temperature: 0, max_tokens: 8}\n"
-        "scorers:\n"
-        "  - {name: exact, type: exact, field: answer}\n"
-    )
+    spec = write_scripted_spec(
+        root, name="rk", cases=CASES, repeats=repeats, file="rk.yaml",
+        models={"x": lambda i: i < 10, "y": lambda i: i < 38, "z": lambda i: i < 38 and i != 5},
+    )  # fmt: skip
     results = root / "results"
     done = run_cli("run", str(spec), "--results", str(results), "--cache",
                    str(root / "c.duckdb"), cwd=root)  # fmt: skip

@@ -9,32 +9,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.support.scripted_specs import write_scripted_spec
 
 CASES = 200
 
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("until")
-    (root / "data").mkdir()
-    rows = [
-        {"id": f"c{i}", "answer": f"a{i}", "x": f"a{i}" if i % 5 < 2 else "no", "y": f"a{i}"}
-        for i in range(CASES)
-    ]
-    (root / "data" / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    path = root / "s.yaml"
-    path.write_text(
-        "name: rel\n"
-        "dataset: {path: data/r.jsonl}\n"
-        "prompt: 'say {{ answer }}'\n"
-        "models:\n"
-        "  - {provider: scripted, name: x, answer_field: x}\n"
-        "  - {provider: scripted, name: y, answer_field: y}\n"
-        "params: {temperature: 0, max_tokens: 8}\n"
-        "scorers:\n"
-        "  - {name: exact, type: exact, field: answer}\n"
-    )
-    return path
+    return write_scripted_spec(
+        tmp_path_factory.mktemp("until"), name="rel", cases=CASES,
+        models={"x": lambda i: i % 5 < 2, "y": lambda i: True},
+    )  # fmt: skip
 
 
 def test_until_decided_names_the_winner_and_writes_two_normal_runs(spec: Path) -> None:

@@ -17,38 +17,17 @@ from gradetrail_lib.engine.run import RunOptions, run_model
 from gradetrail_lib.engine.until_decided import run_until_decided
 from gradetrail_lib.results.runs import MANIFEST_FILE, load_run
 from gradetrail_lib.spec.spec import load_spec
+from tests.support.scripted_specs import write_scripted_spec
 
 CASES = 400
 
 
 def _spec(root: Path) -> Path:
-    (root / "data").mkdir()
-    rows = [
-        {
-            "id": f"c{i}",
-            "answer": f"a{i}",
-            # x right on 40 % of cases, y on 90 %, z exactly as x.
-            "x": f"a{i}" if i % 5 < 2 else "no",
-            "y": f"a{i}" if i % 10 else "no",
-            "z": f"a{i}" if i % 5 < 2 else "no",
-        }
-        for i in range(CASES)
-    ]
-    (root / "data" / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = root / "s.yaml"
-    spec.write_text(
-        "name: rel\n"
-        "dataset: {path: data/r.jsonl}\n"
-        "prompt: 'say {{ answer }}'\n"
-        "models:\n"
-        "  - {provider: scripted, name: x, answer_field: x}\n"
-        "  - {provider: scripted, name: y, answer_field: y}\n"
-        "  - {provider: scripted, name: z, answer_field: z}\n"
-        "params: {temperature: 0, max_tokens: 8}\n"
-        "scorers:\n"
-        "  - {name: exact, type: exact, field: answer}\n"
-    )
-    return spec
+    # x right on 40 % of cases, y on 90 %, z exactly as x.
+    return write_scripted_spec(
+        root, name="rel", cases=CASES,
+        models={"x": lambda i: i % 5 < 2, "y": lambda i: i % 10 != 0, "z": lambda i: i % 5 < 2},
+    )  # fmt: skip
 
 
 def test_a_clear_winner_stops_early_and_pays_only_for_the_cases_sent(tmp_path: Path) -> None:
