@@ -14,7 +14,7 @@ from gradetrail_lib.datasets import DatasetRef, load_dataset, load_dataset_ref
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json
 from gradetrail_lib.spec.spec import load_spec
-from tests.support.optional import need
+from tests.support.hf_hub import hub_cache
 
 ROWS = [{"id": "a", "q": "France", "answer": "Paris"}, {"id": "b", "q": "Italy", "answer": "Rome"}]
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -186,30 +186,8 @@ def hf_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict[str, Any]], revision: str = REV
 ) -> Path:
     """A dataset `gradetrail/tiny` at `revision` in a fresh datasets cache, laid out as a
-    download from the Hub leaves it (`<owner>___<name>/<config>/0.0.0/<commit>/`), with
-    the Hub switched off: datasets then reads it from the cache."""
-    config = need("datasets.config")
-    from datasets.packaged_modules.json.json import Json
-
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    cache = tmp_path / "hf-datasets"
-    monkeypatch.setattr(config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(config, "HF_DATASETS_CACHE", cache)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    source = tmp_path / f"train-{revision[:6]}.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    builder = Json(
-        cache_dir=str(cache),
-        dataset_name="gradetrail___tiny",
-        config_id="default",
-        hash=revision,
-        data_files={"train": str(source)},
-    )
-    builder.download_and_prepare()
-    folder = cache / "gradetrail___tiny" / "default" / "0.0.0" / revision
-    for arrow in folder.glob("gradetrail___tiny-*.arrow"):
-        arrow.rename(folder / arrow.name.replace("gradetrail___tiny", "tiny"))
-    return folder
+    download from the Hub leaves it, with the Hub switched off."""
+    return hub_cache(tmp_path, monkeypatch, "gradetrail/tiny", revision, {"train": rows})
 
 
 HF_SPEC = f"{{hf: gradetrail/tiny, split: train, revision: {REV}}}"

