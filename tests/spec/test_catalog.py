@@ -173,10 +173,10 @@ def test_a_cached_rerun_makes_no_model_call(tmp_path: Path) -> None:
 
 # --- Online: each entry's loader reads the Hub at its pinned revision -------------------
 
-# ARC as a control: a data-file repo at the revision SmolLM2's tasks pin. PIQA and
-# HellaSwag: Parquet revisions (their first pins were loading scripts, which `datasets` 4
-# and later refuse).
-ONLINE = ["arc_easy", "piqa", "hellaswag"]
+# ARC as a control: a data-file repo at the revision SmolLM2's tasks pin. PIQA, HellaSwag
+# and Winogrande: Parquet revisions (their first pins were loading scripts, which
+# `datasets` 4 and later refuse).
+ONLINE = ["arc_easy", "piqa", "hellaswag", "winogrande"]
 
 
 def slice_rows(name: str) -> list[dict[str, Any]]:
