@@ -1,6 +1,7 @@
 """How many samples a question needs (`plan --detect`, `samples_needed`) and the minimum
 detectable effect that `compare`, `gate` and the viewer print when no winner is named."""
 
+import inspect
 import json
 import subprocess
 from pathlib import Path
@@ -17,10 +18,11 @@ from gradetrail_lib.analysis.stats.power import (
     se_detectable_effect,
 )
 from gradetrail_lib.engine.rundir import write_run_dir
-from gradetrail_lib.history.entries import record_run
+from gradetrail_lib.history.entries import FileHistory, record_run
 from gradetrail_lib.results.runs import load_run
 from gradetrail_lib.results.trace import TraceRecord
 from gradetrail_lib.spec.identity import records_fingerprint
+from gradetrail_lib.spec.spec import load_spec
 from tests.support.traces import manifest, record
 from tests.support.viewer_runs import ViewerRuns, make_runs
 from tests.support.viewer_server import Background
@@ -139,6 +141,45 @@ def test_samples_needed_python_api(runs: ViewerRuns, tmp_path: Path) -> None:
     # An observed discordance below the difference cannot hold it: the difference is used.
     (wide,) = samples_needed(qa_spec(runs), 0.5, results=runs.root)
     assert wide.discordance == 0.5 and any("below the difference" in n for n in wide.notes)
+
+
+def test_samples_needed_keeps_its_arguments() -> None:
+    """The public signature: the spec and the difference, the rest by keyword."""
+    parameters = inspect.signature(samples_needed).parameters.values()
+    assert [(p.name, p.kind.name, p.default) for p in parameters] == [
+        ("spec", "POSITIONAL_OR_KEYWORD", inspect.Parameter.empty),
+        ("detect", "POSITIONAL_OR_KEYWORD", inspect.Parameter.empty),
+        ("power", "KEYWORD_ONLY", 0.8),
+        ("confidence", "KEYWORD_ONLY", 0.95),
+        ("results", "KEYWORD_ONLY", None),
+        ("repeats", "KEYWORD_ONLY", None),
+        ("history", "KEYWORD_ONLY", None),
+    ]
+
+
+def test_samples_needed_reads_the_history_it_is_given(runs: ViewerRuns, tmp_path: Path) -> None:
+    """`history` says which runs there were (by default the file under `results`); the
+    run directories are read under `results`. A Spec in memory or a path and the text of
+    one give the same answer."""
+    (own,) = samples_needed(qa_spec(runs), 0.1, results=runs.root)
+    assert own.discordance_source == "observed" and own.observed_runs is not None
+    (given,) = samples_needed(
+        qa_spec(runs), 0.1, results=str(runs.root), history=FileHistory(runs.root)
+    )
+    spec = load_spec(qa_spec(runs)).spec
+    (in_memory,) = samples_needed(spec, 0.1, results=runs.root)
+    assert given == own == in_memory
+    (elsewhere,) = samples_needed(
+        qa_spec(runs), 0.1, results=runs.root, history=FileHistory(tmp_path)
+    )
+    assert elsewhere.discordance_source == "assumed" and elsewhere.observed_runs is None
+    assert elsewhere.discordance == 0.2 and elsewhere.notes == ()
+    # `repeats` asks for a second size at that count (the spec has none).
+    one, four = samples_needed(qa_spec(runs), 0.1, results=runs.root, repeats=4)
+    assert one == own and four.repeats == 4 and four.observed_runs == own.observed_runs
+    assert four.correlation == 0.5 and four.correlation_source == "assumed"
+    with pytest.raises(ValueError, match="repeats must be at least 1, not 0"):
+        samples_needed(qa_spec(runs), 0.1, repeats=0)
 
 
 def _repeated_runs(root: Path, same_within_case: bool) -> None:
