@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from gradetrail_lib._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from gradetrail_lib.analysis.sample_size import SampleSize, samples_needed
+    from gradetrail_lib.analysis.sample_size import SampleSize
     from gradetrail_lib.config import Params
-    from gradetrail_lib.engine.api import run_spec
+    from gradetrail_lib.engine.api import run_spec, samples_needed
     from gradetrail_lib.engine.run import CompletedRun
     from gradetrail_lib.errors import InputError
     from gradetrail_lib.providers.registry import ModelConfig
@@ -42,7 +42,7 @@ _HOMES = {
     "TraceRecord": "gradetrail_lib.results.trace",
     "load_run": "gradetrail_lib.results.runs",
     "run_spec": "gradetrail_lib.engine.api",
-    "samples_needed": "gradetrail_lib.analysis.sample_size",
+    "samples_needed": "gradetrail_lib.engine.api",
 }
 
 __all__ = [

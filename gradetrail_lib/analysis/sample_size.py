@@ -1,4 +1,5 @@
-"""How many samples a question needs: `samples_needed` (and `gradetrail plan --detect`).
+"""How many samples a paired comparison needs (`sample_sizes`), as `samples_needed`
+(`engine.api`) and `gradetrail plan --detect` ask it.
 
 For a paired comparison of pass/fail results on a spec (two models, or a candidate and
 its baseline), the pairs needed to detect a difference of pass rates with the given power
@@ -6,15 +7,16 @@ at the gate's level (`stats.power`: Connor's formula, stepped up to the exact Mc
 test's power), and with repeats the cases of K repeats each (the design effect).
 
 The discordance (the share of pairs the two sides do not both pass or both fail) is
-measured on the spec's last two runs in the run history (`history.entries`) when there
-are two whose directories still hold them, whose results differ and which hold the same
-samples (else the most recent such pair): a discordance seen between the last two
-versions is the best guess for the next. Otherwise it is assumed
-(`DEFAULT_DISCORDANCE`), and so is the intra-case correlation of repeats unless those two
-runs have repeats to estimate it from; each record says which.
+measured on two runs of the spec (`observe`): the first of the pairs offered that hold
+the same samples (`observe_pairs`). `samples_needed` offers the spec's runs in the run
+history whose directories still hold them and whose results differ, the last two first
+(`history.entries.run_pairs`): a discordance seen between the last two versions is the
+best guess for the next. Otherwise it is assumed (`DEFAULT_DISCORDANCE`), and so is the
+intra-case correlation of repeats unless those two runs have repeats to estimate it from;
+each `SampleSize` says which.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -29,21 +31,12 @@ from gradetrail_lib.analysis.stats.power import (
     DEFAULT_DISCORDANCE,
     DEFAULT_POWER,
     cases_needed,
-    check_power_inputs,
     intra_case_correlation,
     pairs_needed,
 )
 from gradetrail_lib.errors import NotComparable
-from gradetrail_lib.history.entries import (
-    DirectoryState,
-    FileHistory,
-    HistoryStore,
-    newest_first,
-    select,
-)
 from gradetrail_lib.results.runs import load_run
 from gradetrail_lib.results.trace import DEFAULT_THRESHOLD
-from gradetrail_lib.spec.spec import Spec, load_spec
 
 Source = Literal["observed", "assumed"]
 
@@ -134,32 +127,12 @@ class Observed:
 TRIES = 8
 
 
-def run_pairs(
-    results_root: Path, spec_name: str, store: HistoryStore | None = None
-) -> Iterator[tuple[Path, Path]]:
-    """Pairs of the spec's runs in the history (`store`, by default the file under the
-    root) whose directories under the root still hold them and whose results differ
-    (older first in each pair), the most recent pairs first: the last two runs, then the
-    last with the one before those, and so on."""
-    state = DirectoryState(results_root)
-    current = [
-        e
-        for e in newest_first(select((store or FileHistory(results_root)).read(), spec=spec_name))
-        if state.why_not_current(e) is None
-    ]
-    for i, newer in enumerate(current):
-        for older in current[i + 1 :]:
-            if older.fingerprint != newer.fingerprint and older.run_dir != newer.run_dir:
-                yield results_root / older.run_dir, results_root / newer.run_dir
-
-
-def observe_history(
-    results_root: Path, spec_name: str, store: HistoryStore | None = None
-) -> tuple[Observed | None, list[str]]:
-    """The discordance of the spec's most recent two runs that pair (the same samples),
-    and why the more recent pairs tried did not."""
+def observe_pairs(pairs: Iterable[tuple[Path, Path]]) -> tuple[Observed | None, list[str]]:
+    """The discordance of the first of these pairs of run directories (older first in
+    each) that pair up (the same samples), trying `TRIES` at most, and why the pairs
+    tried before it did not."""
     skipped: list[str] = []
-    for older, newer in islice(run_pairs(results_root, spec_name, store), TRIES):
+    for older, newer in islice(pairs, TRIES):
         try:
             return observe(older, newer), skipped
         except NotComparable as exc:
@@ -190,28 +163,21 @@ def observe(run_a: Path, run_b: Path, threshold: float = DEFAULT_THRESHOLD) -> O
     )
 
 
-def samples_needed(
-    spec: Spec | Path | str,
+def sample_sizes(
     detect: float,
+    repeats: int,
+    seen: Observed | None,
+    notes: Sequence[str] = (),
     *,
     power: float = DEFAULT_POWER,
     confidence: float = DEFAULT_CONFIDENCE,
-    results: Path | str | None = None,
-    repeats: int | None = None,
-    history: HistoryStore | None = None,
 ) -> list[SampleSize]:
-    """The samples a paired comparison on this spec needs to detect a difference of
-    `detect` in pass rate: one `SampleSize` without repeats, and one at the spec's (or
-    `repeats`) repeat count when that is more than one. The discordance comes from the
-    spec's last two runs under `results` (the run history: `history`, by default the
-    file under `results`) when there are two, else it is assumed. ValueError for a
-    difference outside (0, 1) or a power or confidence outside (0, 1)."""
-    check_power_inputs(detect, power, confidence)
-    if repeats is not None and repeats < 1:
-        raise ValueError(f"repeats must be at least 1, not {repeats}")
-    the_spec = spec if isinstance(spec, Spec) else load_spec(spec).spec
-    k = repeats if repeats is not None else the_spec.repeats
-    seen, notes = observe_history(Path(results), the_spec.name, history) if results else (None, [])
+    """The samples a paired comparison needs to detect a difference of `detect` in pass
+    rate: one `SampleSize` without repeats, and one at `repeats` when that is more than
+    one; the discordance and the intra-case correlation are `seen`'s, or assumed without
+    it. `notes` (why no pair was observed, say) go on each. `detect`, `power` and
+    `confidence` as `stats.power.check_power_inputs` passes them."""
+    notes = list(notes)
     discordance = seen.discordance if seen is not None else DEFAULT_DISCORDANCE
     source: Source = "observed" if seen is not None else "assumed"
     if discordance < detect:
@@ -225,7 +191,7 @@ def samples_needed(
         discordance = detect
     connor, exact = pairs_needed(detect, discordance, confidence=confidence, power=power)
     sizes = []
-    for count in sorted({1, k}):
+    for count in sorted({1, repeats}):
         correlation: float | None = None
         correlation_source: Source | None = None
         if count > 1:

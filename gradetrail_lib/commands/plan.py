@@ -3,7 +3,7 @@ model, before any call (see `gradetrail_lib.engine.estimate`). Sends nothing, wr
 
 `gradetrail plan SPEC --detect D [--power P] [--confidence C] [--results DIR]`: how many
 samples (or cases x repeats) a paired comparison needs to detect a difference of D in pass
-rate (`gradetrail_lib.analysis.sample_size`), and what that costs per model (the plan's
+rate (`gradetrail_lib.engine.api.samples_needed`), and what that costs per model (the plan's
 estimate, pro rata); with `--until-decided`, the cases and cost a release check that
 stops once decided is expected to use at true differences 0, D and 2D (the sequential
 rule simulated, `analysis.stats.sequential.forecast`)."""
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradetrail_lib.analysis.sample_size import samples_needed
 from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
 from gradetrail_lib.analysis.stats.power import DEFAULT_POWER
 from gradetrail_lib.analysis.stats.sequential import METHOD, Forecast, forecast
 from gradetrail_lib.cache.location import existing_cache
 from gradetrail_lib.commands.options import add_cache_option, confidence_level
+from gradetrail_lib.engine.api import samples_needed
 from gradetrail_lib.engine.estimate import ModelPlan, estimate_run, format_plan, total_worst_case
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.engine.until_decided import DEFAULT_CHUNK

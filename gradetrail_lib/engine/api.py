@@ -9,6 +9,9 @@ else; a message that names an option names it as the surface it came through spe
 (`OptionNames`: the CLI passes its flags, Python's arguments are the default). What a
 surface shows as the run goes (a progress bar, a summary after each model, a folder's
 skipped specs) it does in its `RunHooks`.
+
+`samples_needed` joins the run history to the statistics for `gradetrail plan --detect`:
+the spec's recent runs, paired, give the discordance a comparison's size rests on.
 """
 
 import time
@@ -17,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gradetrail_lib.analysis.stats.defaults import DEFAULT_GATE_THRESHOLD
+from gradetrail_lib.analysis.sample_size import SampleSize, observe_pairs, sample_sizes
+from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE, DEFAULT_GATE_THRESHOLD
+from gradetrail_lib.analysis.stats.power import DEFAULT_POWER, check_power_inputs
 from gradetrail_lib.backends import Backend, build_backend
 from gradetrail_lib.backends.batch import BatchOptions, parse_batch_mode
 from gradetrail_lib.cache.location import default_cache_location, open_cache
@@ -41,12 +46,13 @@ from gradetrail_lib.errors import (
     UsageError,
     one_or_all,
 )
+from gradetrail_lib.history.entries import HistoryStore, run_pairs
 from gradetrail_lib.history.store import open_history
 from gradetrail_lib.providers.pricing import load_prices
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.settings import DEFAULT_MAX_CONCURRENCY, DEFAULTS, Settings
 from gradetrail_lib.spec.sources import SpecSource, as_loaded_spec, resolve_model, spec_files
-from gradetrail_lib.spec.spec import LoadedSpec
+from gradetrail_lib.spec.spec import LoadedSpec, Spec, load_spec
 
 if TYPE_CHECKING:
     from gradetrail_lib.engine.until_decided import DecidedRuns
@@ -338,6 +344,33 @@ def run_spec(
         max_cost=max_cost,
     )
     return [done for each in run_request(request) for done in each.runs]
+
+
+def samples_needed(
+    spec: Spec | Path | str,
+    detect: float,
+    *,
+    power: float = DEFAULT_POWER,
+    confidence: float = DEFAULT_CONFIDENCE,
+    results: Path | str | None = None,
+    repeats: int | None = None,
+    history: HistoryStore | None = None,
+) -> list[SampleSize]:
+    """The samples a paired comparison on this spec needs to detect a difference of
+    `detect` in pass rate: one `SampleSize` without repeats, and one at the spec's (or
+    `repeats`) repeat count when that is more than one. The discordance comes from the
+    spec's last two runs under `results` (the run history: `history`, by default the
+    file under `results`) when there are two, else it is assumed. ValueError for a
+    difference outside (0, 1) or a power or confidence outside (0, 1)."""
+    # Checked before the spec or the history is read.
+    check_power_inputs(detect, power, confidence)
+    if repeats is not None and repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}")
+    the_spec = spec if isinstance(spec, Spec) else load_spec(spec).spec
+    pairs = run_pairs(Path(results), the_spec.name, history) if results else iter(())
+    seen, notes = observe_pairs(pairs)
+    k = repeats if repeats is not None else the_spec.repeats
+    return sample_sizes(detect, k, seen, notes, power=power, confidence=confidence)
 
 
 @dataclass(frozen=True, kw_only=True)

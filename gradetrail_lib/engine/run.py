@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 
-from gradetrail_lib.analysis.pass_rate import pass_rate_of
 from gradetrail_lib.analysis.summary import RunSummary, summarize
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.batch import (
@@ -237,10 +236,8 @@ def run_model(
             interrupted(target_backend, backend)
         raise
     try:
-        entry = record_run(
-            results_root, manifest, pass_rate_of(totals, manifest), run_dir,
-            out.fingerprint.hexdigest(), options.history,
-        )  # fmt: skip
+        fingerprint = out.fingerprint.hexdigest()
+        entry = record_run(results_root, manifest, totals, run_dir, fingerprint, options.history)
     except GradetrailError as exc:  # a shared store out of reach: the run itself is kept
         spans.end(manifest)
         raise GradetrailError(

@@ -6,7 +6,7 @@ identity, directory name, timestamps, git state, the primary scorer's pass rate 
 interval and n, and a fingerprint of the scored records (`identity.records_fingerprint`:
 ids, repeats, request keys, scores and outcomes), which says whether two runs' results
 differ. `gradetrail list` prints it; `gradetrail gate --baseline previous` picks a
-baseline from it.
+baseline from it; `gradetrail plan --detect` pairs its runs to measure a discordance.
 
 The file is append-only, an entry appended once its run directory is in place, through
 `results.appendlog` (one write of one line under an exclusive `flock`), so two processes
@@ -22,7 +22,7 @@ from one whose directory is gone.
 """
 
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gradetrail_lib.analysis.pass_rate import PassRate, pass_rate_of
 from gradetrail_lib.errors import (
     FIELD_WORDS,
     InputError,
@@ -40,6 +41,7 @@ from gradetrail_lib.errors import (
 )
 from gradetrail_lib.results.appendlog import append_lines, read_locked
 from gradetrail_lib.results.runs import MANIFEST_FILE
+from gradetrail_lib.results.totals import Totalled
 from gradetrail_lib.results.trace import Manifest, parse_manifest
 
 HISTORY_FILE = ".history.jsonl"
@@ -47,31 +49,6 @@ HISTORY_FILE = ".history.jsonl"
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PassRate(_Strict):
-    """The primary scorer's pass rate (score >= threshold; unscored samples fail) with
-    its interval; `cases` when the interval resamples cases (repeats)."""
-
-    value: float | None
-    low: float | None
-    high: float | None
-    n: int
-    passed: int
-    cases: int | None = None
-    confidence: float
-    method: str
-    threshold: float
-
-    def describe(self, digits: int = 3) -> str:
-        """`0.750 (95% CI 0.470-0.911, n=12)`."""
-        cases = f", {self.cases} cases" if self.cases is not None else ""
-        if self.value is None or self.low is None or self.high is None:
-            return f"n/a (n={self.n}{cases})"
-        return (
-            f"{self.value:.{digits}f} ({self.confidence * 100:g}% CI "
-            f"{self.low:.{digits}f}-{self.high:.{digits}f}, n={self.n}{cases})"
-        )
 
 
 class HistoryEntry(_Strict):
@@ -154,10 +131,11 @@ class FileHistory:
 
 
 def entry_for(
-    manifest: Manifest, pass_rate: PassRate, run_dir: Path, fingerprint: str
+    manifest: Manifest, records: Totalled, run_dir: Path, fingerprint: str
 ) -> HistoryEntry:
-    """`pass_rate`: the primary scorer's (`analysis.pass_rate.pass_rate_of`);
-    `fingerprint` is `identity.records_fingerprint` of the run's records."""
+    """`records`: the run's (or the totals it gathered as it wrote them), whose primary
+    pass rate the entry keeps as the summary prints it (`pass_rate_of`); `fingerprint` is
+    `identity.records_fingerprint` of the run's records."""
     primary = manifest.primary_scorer
     figures = manifest.scores.get(primary)
     return HistoryEntry(
@@ -171,7 +149,7 @@ def entry_for(
         git_sha=manifest.git.sha,
         git_dirty=manifest.git.dirty,
         primary_scorer=primary,
-        pass_rate=pass_rate,
+        pass_rate=pass_rate_of(records, manifest),
         mean_score=figures.mean if figures else None,
         samples=manifest.samples,
         cost_usd=manifest.target.cost_usd,
@@ -187,14 +165,14 @@ def append_entry(results_root: Path, entry: HistoryEntry) -> None:
 def record_run(
     results_root: Path,
     manifest: Manifest,
-    pass_rate: PassRate,
+    records: Totalled,
     run_dir: Path,
     fingerprint: str,
     store: HistoryStore | None = None,
 ) -> HistoryEntry:
     """Adds a completed run (its directory already in place) to the history (`store`,
-    by default the file under the root)."""
-    entry = entry_for(manifest, pass_rate, run_dir, fingerprint)
+    by default the file under the root); `records` as `entry_for` takes them."""
+    entry = entry_for(manifest, records, run_dir, fingerprint)
     (store or FileHistory(results_root)).append(entry)
     return entry
 
@@ -294,6 +272,26 @@ class DirectoryState:
 def elsewhere(entry: HistoryEntry) -> str:
     """Where another machine (or results root) wrote the entry's run directory."""
     return f"{entry.origin}/{entry.run_dir}"
+
+
+def run_pairs(
+    results_root: Path, spec_name: str, store: HistoryStore | None = None
+) -> Iterator[tuple[Path, Path]]:
+    """Pairs of the spec's runs in the history (`store`, by default the file under the
+    root) whose directories under the root still hold them and whose results differ
+    (older first in each pair), the most recent pairs first: the last two runs, then the
+    last with the one before those, and so on (where `samples_needed` measures the
+    discordance)."""
+    state = DirectoryState(results_root)
+    current = [
+        e
+        for e in newest_first(select((store or FileHistory(results_root)).read(), spec=spec_name))
+        if state.why_not_current(e) is None
+    ]
+    for i, newer in enumerate(current):
+        for older in current[i + 1 :]:
+            if older.fingerprint != newer.fingerprint and older.run_dir != newer.run_dir:
+                yield results_root / older.run_dir, results_root / newer.run_dir
 
 
 @dataclass(frozen=True)

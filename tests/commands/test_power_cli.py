@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib import SampleSize, cli, samples_needed
-from gradetrail_lib.analysis.pass_rate import pass_rate_of
 from gradetrail_lib.analysis.stats.paired import compare
 from gradetrail_lib.analysis.stats.power import (
     cases_needed,
@@ -196,8 +195,7 @@ def _repeated_runs(root: Path, same_within_case: bool) -> None:
             update={"repeats": 3, "finished_at": f"2026-01-01T00:00:0{number + 1}+00:00"}
         )
         run_dir = write_run_dir(root, records, m)
-        rate = pass_rate_of(records, m)
-        record_run(root, m, rate, run_dir, records_fingerprint(load_run(run_dir)))
+        record_run(root, m, records, run_dir, records_fingerprint(load_run(run_dir)))
 
 
 def test_the_intra_case_correlation_is_measured_where_repeats_exist(tmp_path: Path) -> None:
