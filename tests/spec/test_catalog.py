@@ -173,10 +173,10 @@ def test_a_cached_rerun_makes_no_model_call(tmp_path: Path) -> None:
 
 # --- Online: each entry's loader reads the Hub at its pinned revision -------------------
 
-# ARC as a control: a data-file repo at the revision SmolLM2's tasks pin. PIQA, HellaSwag
-# and Winogrande: Parquet revisions (their first pins were loading scripts, which
-# `datasets` 4 and later refuse).
-ONLINE = ["arc_easy", "piqa", "hellaswag", "winogrande"]
+# Every entry read from the Hub (HumanEval reads its package). PIQA, HellaSwag and
+# Winogrande pin Parquet revisions: their first pins were loading scripts, which
+# `datasets` 4 and later refuse.
+ONLINE = [*CHOICE_ENTRIES, "gsm8k"]
 
 
 def slice_rows(name: str) -> list[dict[str, Any]]:
@@ -222,8 +222,10 @@ def test_online_an_entry_loads_the_hub_at_its_revision(
         DatasetRef(path=str(arrow), format="arrow", id_field=ref.id_field), tmp_path
     )
     assert [(s.id, s.fields) for s in online.samples] == [(s.id, s.fields) for s in offline.samples]
-    expected = [str(r["id"]) for r in rows] if name.startswith("arc") else ["0", "1", "2"]
-    assert [s.id for s in online.samples] == expected
+    if ref.id_field == "#index":
+        assert [s.id for s in online.samples] == [str(i) for i in range(len(rows))]
+    else:
+        assert [s.id for s in online.samples] == [str(r[ref.id_field or "id"]) for r in rows]
 
 
 def test_online_piqa_names_no_config_as_its_parquet_export_reads_as_default(tmp_path: Path) -> None:
