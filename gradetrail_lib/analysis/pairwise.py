@@ -1,7 +1,8 @@
-"""Paired comparisons of runs, for the HTML report and the Dagster leaderboard: two runs
-on one scorer (their scorer and dataset hashes checked, then the paired interval and
-test, `stats.paired`), every pair of several runs, and their ranking with family-wise
-error control (`rank_runs`, `stats.ranking`; also `gradetrail rank`).
+"""Paired comparisons of runs, for the HTML report and the Dagster leaderboard: every
+pair of several runs on each scorer (their scorer and dataset hashes checked, then the
+paired interval and test, `stats.paired.compare`, the one comparison `compare`, `gate`
+and the viewer make too), and their ranking with family-wise error control
+(`rank_runs`, `stats.ranking`; also `gradetrail rank`).
 
 A pair that cannot be compared is a `Pairing` that says why (`refused`), not an error:
 a report or a leaderboard shows it beside the others.
@@ -43,35 +44,6 @@ class Pairing:
         return {"A": self.label_a, "B": self.label_b}.get(self.comparison.verdict)
 
 
-def compare_runs(
-    a: Run,
-    b: Run,
-    scorer: str,
-    *,
-    labels: tuple[str, str] = ("A", "B"),
-    force: bool = False,
-    threshold: float = DEFAULT_THRESHOLD,
-    confidence: float = DEFAULT_CONFIDENCE,
-    method: ProportionMethod = "wilson",
-    settings: BootstrapSettings | None = None,
-) -> PairedComparison:
-    """The paired comparison of `b` against `a` on `scorer`. NotComparable when their
-    scorer or dataset hashes differ (unless `force`: then notes say so) or their samples
-    do."""
-    notes = check_comparable(a.manifest, b.manifest, scorer, force=force, labels=labels)
-    return compare(
-        a.sheet(scorer),
-        b.sheet(scorer),
-        scorer,
-        labels=labels,
-        threshold=threshold,
-        confidence=confidence,
-        method=method,
-        settings=settings,
-        notes=notes,
-    )
-
-
 def every_pair(
     runs: Sequence[tuple[str, Run | InputError]],
     scorers: Sequence[str] | None = None,
@@ -82,8 +54,9 @@ def every_pair(
     settings: BootstrapSettings | None = None,
 ) -> list[Pairing]:
     """Every pair of the labelled `runs` (the first with each later one, then the second,
-    ...) on each of `scorers`, by default every scorer of the pair's first run. A run that
-    could not be read (the InputError it raised) refuses each of its pairs."""
+    ...) on each of `scorers`, by default every scorer of the pair's first run: `compare`
+    on their sheets, `b` against `a`. A run that could not be read (the InputError it
+    raised) refuses each of its pairs."""
     pairings = []
     for (label_a, a), (label_b, b) in combinations(runs, 2):
         labels = (label_a, label_b)
@@ -94,9 +67,11 @@ def every_pair(
                 pairings.append(Pairing(*labels, scorer, None, f"{which}: {error}"))
                 continue
             try:
-                comparison = compare_runs(
-                    a, b, scorer, labels=labels, threshold=threshold,
-                    confidence=confidence, method=method, settings=settings,
+                # Refused when their scorer or dataset hashes differ, or their samples do.
+                check_comparable(a.manifest, b.manifest, scorer, labels=labels)
+                comparison = compare(
+                    a.sheet(scorer), b.sheet(scorer), scorer, labels=labels,
+                    threshold=threshold, confidence=confidence, method=method, settings=settings,
                 )  # fmt: skip
             except NotComparable as exc:
                 pairings.append(Pairing(*labels, scorer, None, str(exc)))

@@ -1,7 +1,8 @@
 """One pairing of runs (`gradetrail_lib.analysis.pairwise`) for the HTML report and the Dagster
 leaderboard: the hash check, the comparison, a refusal instead of an error."""
 
-from gradetrail_lib.analysis.pairwise import compare_runs, every_pair
+from gradetrail_lib.analysis.pairwise import every_pair
+from gradetrail_lib.analysis.stats import compare
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.results.runs import Run
 from gradetrail_lib.results.trace import TraceRecord
@@ -36,10 +37,23 @@ def test_every_pair_in_order_with_a_verdict_a_refusal_and_an_unreadable_run() ->
     assert pairings[5].scorer == SCORER and pairings[5].refused == f"x: {unreadable}"
 
 
-def test_compare_runs_forced_keeps_the_mismatch_as_a_note() -> None:
+def test_every_pair_refuses_a_pair_whose_scorer_hash_differs() -> None:
     a, b = run([1.0] * 10), run([1.0] * 10, scorer_hash="t" * 64)
-    forced = compare_runs(a, b, SCORER, force=True)
-    assert any("forced" in note for note in forced.notes)
     (refused,) = every_pair([("a", a), ("b", b)])
     assert refused.comparison is None and refused.refused is not None
     assert refused.refused.startswith("refusing to compare")
+
+
+def test_every_pair_compares_as_compare_does_on_the_runs_sheets() -> None:
+    """A pairing's comparison is `compare`'s on the two runs' sheets, with the options
+    passed on; graded scores (a paired bootstrap) and pass/fail ones alike."""
+    a = run([1.0, 0.5, 0.0, 1.0] * 8)
+    b = run([0.5, 1.0, 1.0, 0.0] * 8)
+    sheets = (a.sheet(SCORER), b.sheet(SCORER))
+    (plain,) = every_pair([("a", a), ("b", b)])
+    assert plain.comparison == compare(*sheets, SCORER, labels=("a", "b"))
+    (passed,) = every_pair([("a", a), ("b", b)], threshold=0.5, confidence=0.9, method="exact")
+    expected = compare(
+        *sheets, SCORER, labels=("a", "b"), threshold=0.5, confidence=0.9, method="exact"
+    )
+    assert passed.comparison == expected and expected != plain.comparison
