@@ -1,1 +1,1 @@
-"""Analysis of runs: statistics, summaries, history, comparison, cost, retrieval."""
+"""Analysis of runs: statistics, summaries, comparison, sample sizes, cost, retrieval."""
