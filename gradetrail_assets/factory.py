@@ -42,12 +42,15 @@ from gradetrail_lib.backends.not_sent import NotSent
 from gradetrail_lib.datasets.materialized import write_rows
 from gradetrail_lib.engine.api import plan_spec
 from gradetrail_lib.engine.fetch import FetchedRun, fetch_run
-from gradetrail_lib.engine.plan import RunPlan, batch_samples, load_spec_dataset
+from gradetrail_lib.engine.plan import RunPlan, batch_samples, entry_field, load_spec_dataset
 from gradetrail_lib.engine.run import RunOptions, run_model
 from gradetrail_lib.engine.until_decided import DecidedRuns, run_until_decided
+from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import hash_json, sha256_hex
 from gradetrail_lib.providers import registry
+from gradetrail_lib.providers.models import model_from_value
 from gradetrail_lib.providers.pricing import LOCAL_COST, load_prices
+from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.report.html import write_report
 from gradetrail_lib.results.runs import RESULTS_FILE, load_run
 from gradetrail_lib.results.text import markdown_text
@@ -66,6 +69,22 @@ REPORT_VERSION = "report-3"  # 2: every scorer, a judge's calls apart; 3: agents
 
 # Carries an edit down the graph tick by tick: Dagster's staleness goes one edge deep.
 PROPAGATE = dg.AutomationCondition.eager() | dg.AutomationCondition.code_version_changed()
+
+
+def new_model_condition(model: dg.AssetKey) -> dg.AutomationCondition:  # type: ignore[type-arg]
+    """`responses` of a spec with a model from another asset: requested when its
+    partition's `model` asset has a new data version (a new value: another checkpoint),
+    not when it is materialized again with the same one, nor when only `dataset` changes
+    (a new dataset leaves responses stale for a person or a schedule, as elsewhere)."""
+    changed = dg.AutomationCondition.any_deps_match(
+        dg.AutomationCondition.data_version_changed()
+    ).allow(dg.AssetSelection.assets(model))
+    return (
+        changed.since_last_handled()
+        & ~dg.AutomationCondition.any_deps_missing()
+        & ~dg.AutomationCondition.any_deps_in_progress()
+        & ~dg.AutomationCondition.in_progress()
+    ).with_label("new model")
 
 
 class SpecGraph:
@@ -150,9 +169,10 @@ def release_metadata(decided: DecidedRuns) -> dict[str, Any]:
     }
 
 
-def _plan_for(loaded: LoadedSpec, model_name: str) -> RunPlan:
-    """The partition's plan, made the way every run's is (`plan_spec`)."""
-    (planned,) = plan_spec(loaded, [model_name]).plans
+def _plan_for(loaded: LoadedSpec, model: str | ModelConfig) -> RunPlan:
+    """The partition's plan (its model's name, or the model an asset's value resolved
+    to), made the way every run's is (`plan_spec`)."""
+    (planned,) = plan_spec(loaded, [model]).plans
     return planned
 
 
@@ -200,6 +220,48 @@ def with_materialized_dataset(
     return loaded.model_copy(update={"dataset_file": Path(path.path)})
 
 
+def model_upstreams(loaded: LoadedSpec) -> dict[str, dg.AssetKey]:
+    """The assets whose values are the spec's models (entries with `asset:`), by the
+    partition (the entry's name)."""
+    return {
+        m.name: dg.AssetKey.from_user_string(m.asset)
+        for m in loaded.spec.models
+        if m.asset is not None
+    }
+
+
+def resolve_model(loaded: LoadedSpec, partition: str, values: dict[str, Any]) -> ModelConfig:
+    """The partition's model: an entry with `asset:` read from that asset's value (in
+    `values`, by asset key), any other the spec's."""
+    entry = loaded.spec.model_named(partition)
+    if entry.asset is None:
+        return entry
+    value = values[dg.AssetKey.from_user_string(entry.asset).to_user_string()]
+    field = entry_field(loaded, entry)
+    try:
+        return model_from_value(entry, value, where=str(loaded.path), field=field)
+    except InputError as exc:
+        raise dg.Failure(description=str(exc)) from None
+
+
+def with_resolved_model(
+    loaded: LoadedSpec, instance: dg.DagsterInstance, model: dg.AssetKey, partition: str
+) -> str | ModelConfig:
+    """What a step plans the partition with: its name, or, for an entry with `asset:`,
+    the model the spec's `model` asset last resolved for it (its metadata's `model`)."""
+    if partition not in model_upstreams(loaded):
+        return partition
+    materialization = latest_materialization(instance, model, partition)
+    value = materialization.metadata.get("model") if materialization is not None else None
+    if not isinstance(value, dg.JsonMetadataValue):
+        raise dg.Failure(
+            description=f"{model.to_user_string()} has no materialization of partition "
+            f"{partition!r}: materialize it first (it reads the model from asset "
+            f"{loaded.spec.model_named(partition).asset})"
+        )
+    return ModelConfig.model_validate(value.data)
+
+
 def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     spec = loaded.spec
     name = dagster_name(spec.name)
@@ -209,12 +271,17 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
     agent = spec.tools is not None
     common: dict[str, Any] = {"group_name": name, "partitions_def": partitions}
     upstream = upstream_key(loaded)
+    models_from = model_upstreams(loaded)
+    model_key = dg.AssetKey([name, "model"])
 
     def planned(context: dg.AssetExecutionContext) -> RunPlan:
-        """The partition's plan, an asset dataset read as `dataset` last wrote it."""
+        """The partition's plan, an asset dataset read as `dataset` last wrote it, an
+        asset's model as `model` last resolved it."""
         partition = context.partition_key
         current = with_materialized_dataset(loaded, context.instance, keys["dataset"], partition)
-        return _plan_for(current, partition)
+        return _plan_for(
+            current, with_resolved_model(loaded, context.instance, model_key, partition)
+        )
 
     if upstream is None:
 
@@ -248,10 +315,47 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             path = write_rows(rows, folder, f"asset {spec.dataset.asset}")
             return _dataset_result(loaded.model_copy(update={"dataset_file": path}))
 
+    model_assets: list[dg.AssetsDefinition] = []
+    if models_from:
+        # Another asset's value is a model of the spec (a fine-tuning job's served
+        # checkpoint): resolved here, per partition, into a model like any other, whose
+        # hash is the data version, so only a partition whose model changed turns its
+        # responses stale. Eager: it follows the upstream's new materializations.
+        inputs = {f"upstream_{i}": key for i, key in enumerate(dict.fromkeys(models_from.values()))}
+
+        @dg.asset(
+            key=model_key,
+            ins={arg: dg.AssetIn(key) for arg, key in inputs.items()},
+            code_version=hash_json(
+                [m.model_dump(mode="json", exclude_none=True) for m in spec.models]
+            ),
+            automation_condition=dg.AutomationCondition.eager(),
+            description="The partition's model: for "
+            + ", ".join(f"`{p}`" for p in models_from)
+            + " the value of "
+            + ", ".join(f"`{k.to_user_string()}`" for k in dict.fromkeys(models_from.values()))
+            + " (provider/name and endpoint), for the others the spec's entry.",
+            **common,
+        )
+        def model(context: dg.AssetExecutionContext, **values: Any) -> dg.MaterializeResult:  # type: ignore[type-arg]
+            by_key = {inputs[arg].to_user_string(): value for arg, value in values.items()}
+            resolved = resolve_model(loaded, context.partition_key, by_key)
+            dumped = resolved.model_dump(mode="json", exclude_none=True)
+            return dg.MaterializeResult(
+                data_version=dg.DataVersion(hash_json(dumped)),
+                metadata={
+                    "model": dg.MetadataValue.json(dumped),
+                    "provider_model": dg.MetadataValue.text(f"{resolved.provider}/{resolved.name}"),
+                },
+            )
+
+        model_assets.append(model)
+
     @dg.asset(
         key=keys["responses"],
-        deps=[keys["dataset"]],
+        deps=[keys["dataset"], *([model_key] if models_from else [])],
         code_version=spec_requests_hash(loaded),
+        automation_condition=new_model_condition(model_key) if models_from else None,
         description=(
             "Model responses, memoized by request key in the response cache: only cache misses "
             "call the provider, each response is stored as it arrives. An agent's (a spec "
@@ -446,7 +550,7 @@ def build_spec_graph(loaded: LoadedSpec) -> SpecGraph:
             metadata=leaderboard_metadata(board),
         )
 
-    built = [dataset, responses, scores, stats, report, leaderboard]
+    built = [dataset, *model_assets, responses, scores, stats, report, leaderboard]
     incumbent = incumbent_of(loaded)
     if incumbent is not None:
 

@@ -275,6 +275,8 @@ def plan(
 ) -> RunPlan:
     """Check that every sample renders and can be scored; raises InputError(s).
     `repeats` (default: the spec's) makes each sample that many items, repeat by repeat."""
+    if model.asset is not None:
+        raise asset_model_refusal(loaded, model)
     repeats = repeats or loaded.spec.repeats
     scorers = build_scorers(loaded, model)
     if dataset is None:
@@ -297,6 +299,27 @@ def plan(
     return RunPlan(
         loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, samples, choices
     )
+
+
+def entry_field(loaded: LoadedSpec, model: ModelConfig) -> str:
+    """The field of a spec's model entry with `asset:`, as errors name it (`models[1].asset`,
+    or `model.asset` for the one `model:`)."""
+    if loaded.spec.model is not None:
+        return "model.asset"
+    names = [m.name for m in loaded.spec.models]
+    return f"models[{names.index(model.name)}].asset" if model.name in names else "asset"
+
+
+def asset_model_refusal(loaded: LoadedSpec, model: ModelConfig) -> InputError:
+    """A model whose name and endpoint are another Dagster asset's value (`asset:`) is
+    resolved by the Dagster layer before it is planned; planned as it is (the CLI), it is
+    an error naming the spec's entry."""
+    return InputError(
+        str(loaded.path), None, entry_field(loaded, model),
+        f"model {model.name!r} is the value of Dagster asset {model.asset!r}, read under "
+        "Dagster (the spec's `model` asset resolves it), not by the CLI; run the spec's "
+        "other models (--model NAME), or launch its assets with `dg launch`",
+    )  # fmt: skip
 
 
 def check_kinds(loaded: LoadedSpec, model: ModelConfig) -> None:

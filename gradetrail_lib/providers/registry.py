@@ -176,7 +176,8 @@ class Provider:
                 names = " and ".join(other.settings)
                 verb = "are settings" if len(other.settings) > 1 else "is a setting"
                 raise ValueError(f"{names} {verb} of provider {other.name} only")
-        if self.base_url_required and not model.base_url:
+        # An asset's model gets its endpoint from the asset's value, checked when resolved.
+        if self.base_url_required and not model.base_url and model.asset is None:
             hint = f" ({self.base_url_hint})" if self.base_url_hint else ""
             raise ValueError(f"{self.name} needs base_url{hint}")
         if self.check is not None:
@@ -276,6 +277,11 @@ class ModelConfig(Strict):
     # Provider `openai` only: Chat Completions (`chat`) or the Responses API (`responses`);
     # by default `responses` for the families served only there, else `chat`.
     api: Literal["chat", "responses"] | None = None
+    # Under Dagster: another asset of the project whose value is the served model's name
+    # (and endpoint), e.g. a fine-tuning job's latest checkpoint; `name` is then the
+    # partition's, and the Dagster layer resolves the value into a model of this provider
+    # (`providers.models.model_from_value`). The CLI cannot run such an entry.
+    asset: str | None = Field(default=None, min_length=1)
 
     @field_validator("provider")
     @classmethod

@@ -56,19 +56,26 @@ def raw_rows(n: int) -> str:
     return "".join(json.dumps({"a": i, "b": 2 * i}) + "\n" for i in range(n))
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def dg_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, *,
+    defs_files: dict[str, str], spec_files: dict[str, str],
+) -> Path:  # fmt: skip
+    """A fresh `dg` project `name` made by `create-dagster` in `tmp_path`, with
+    `defs_files` in its defs folder (the upstream assets), `spec_files` in its `specs/`
+    and gradetrail's Component over that folder (its cache and results in `tmp_path`);
+    its `src` is put on sys.path (so each test's project needs a package name of its own:
+    a module imported once stays imported)."""
     if not (BIN / "create-dagster").exists():
         pytest.skip("create-dagster is not installed (pip install -e '.[dev]')")
-    env = environment(tmp_path / "upstream_evals", tmp_path / "home")
-    run([str(BIN / "create-dagster"), "project", "upstream_evals", "--no-uv-sync"],
-        cwd=tmp_path, env=env)  # fmt: skip
-    folder = tmp_path / "upstream_evals"
-    defs = folder / "src" / "upstream_evals" / "defs"
-    (defs / "upstream.py").write_text(UPSTREAM)
-    (defs / "raw.jsonl").write_text(raw_rows(4))
+    env = environment(tmp_path / name, tmp_path / "home")
+    run([str(BIN / "create-dagster"), "project", name, "--no-uv-sync"], cwd=tmp_path, env=env)
+    folder = tmp_path / name
+    defs = folder / "src" / name / "defs"
+    for name, text in defs_files.items():
+        (defs / name).write_text(text)
     (folder / "specs").mkdir()
-    (folder / "specs" / "qa.yaml").write_text(SPEC)
+    for name, text in spec_files.items():
+        (folder / "specs" / name).write_text(text)
     evals = defs / "evals"
     evals.mkdir()
     (evals / "defs.yaml").write_text(
@@ -80,6 +87,15 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     monkeypatch.syspath_prepend(str(folder / "src"))
     return folder
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return dg_project(
+        tmp_path, monkeypatch, "upstream_evals",
+        defs_files={"upstream.py": UPSTREAM, "raw.jsonl": raw_rows(4)},
+        spec_files={"qa.yaml": SPEC},
+    )  # fmt: skip
 
 
 def test_an_upstream_assets_new_content_makes_responses_stale_and_the_same_does_not(
