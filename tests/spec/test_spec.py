@@ -179,6 +179,15 @@ def test_openai_compatible_without_base_url(tmp_path):
     assert str(err) == f"{path}:7: models[1]: openai_compatible needs base_url"
 
 
+def test_a_model_from_an_asset_needs_no_base_url_and_an_empty_asset_is_named(tmp_path):
+    entry = "  - {provider: openai_compatible, name: candidate, asset: served_model}\n"
+    loaded = load_spec(write(tmp_path, edit(MODEL_1, entry)))
+    assert loaded.spec.models[1].asset == "served_model"
+    assert loaded.spec.models[1].base_url is None
+    path = write(tmp_path, edit(MODEL_1, entry.replace("served_model", "''")))
+    assert_error(load_error(path), path, 7, "models[1].asset", "at least 1 character")
+
+
 def test_local_model_must_be_known(tmp_path):
     path = write(tmp_path, edit(MODEL_1, "  - {provider: local, name: no-such-model}\n"))
     assert_error(load_error(path), path, 7, "models[1]", "unknown local model 'no-such-model'")
