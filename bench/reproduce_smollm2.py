@@ -10,6 +10,12 @@ table of acc and acc_norm with Wilson 95% intervals (docs/catalogue.md has it).
     python bench/reproduce_smollm2.py --cache .gradetrail/catalogue.duckdb --hellaswag 1000
 
 Every answer is cached: a second run makes no model call and prints the same table.
+
+`--first N` runs each entry's first N documents instead; `--chat-template` renders every
+context with the model's chat template (spec `chat_template: true`), a side measurement:
+the card's lighteval setting uses none.
+
+    python bench/reproduce_smollm2.py --only arc_easy --first 100 --chat-template
 """
 
 import argparse
@@ -30,23 +36,29 @@ MODEL = "local/smollm2-135m"
 CARD = {"hellaswag": 40.9, "arc": 37.3, "piqa": 66.3}
 
 
-def subset(name: str, size: int, folder: Path) -> dict[str, Any]:
-    """The catalogue entry's spec with `size` of its samples, chosen by SEED."""
+def subset(name: str, size: int, folder: Path, *, first: bool = False) -> dict[str, Any]:
+    """The catalogue entry's spec with `size` of its samples, chosen by SEED (or its
+    first `size`)."""
     loaded = load_spec(f"catalog:{name}")
     samples = loaded.spec.dataset
     from gradetrail_lib.datasets.registry import load_dataset_ref
 
     rows = load_dataset_ref(samples, loaded.base_dir).samples
-    chosen = sorted(random.Random(SEED).sample(range(len(rows)), size))
-    path = folder / f"{name}-{size}-of-{len(rows)}-seed{SEED}.jsonl"
+    if first:
+        chosen = list(range(min(size, len(rows))))
+        path = folder / f"{name}-first-{size}-of-{len(rows)}.jsonl"
+    else:
+        chosen = sorted(random.Random(SEED).sample(range(len(rows)), size))
+        path = folder / f"{name}-{size}-of-{len(rows)}-seed{SEED}.jsonl"
     with open(path, "w", encoding="utf-8") as out:
         for index in chosen:
             out.write(json.dumps(rows[index].fields, ensure_ascii=False) + "\n")
     spec = loaded.spec.model_dump(
         mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer"}
     )
-    spec["dataset"] = {"path": str(path), "id_field": "#index"}
-    spec["name"] = f"{name}-{size}"
+    # The rows keep their ids: an Arrow split's row index (`#index`) is one of their fields.
+    spec["dataset"] = {"path": str(path), "id_field": samples.id_field or "id"}
+    spec["name"] = f"{name}-{'first-' if first else ''}{size}"
     return spec
 
 
@@ -57,14 +69,24 @@ def main() -> None:
     parser.add_argument("--hellaswag", type=int, default=1000, help="0: the whole split")
     parser.add_argument("--piqa", type=int, default=0, help="a seeded subset (0: all)")
     parser.add_argument("--only", nargs="*", default=list(ENTRIES))
+    parser.add_argument("--first", type=int, default=0, help="each entry's first N (0: all)")
+    parser.add_argument("--chat-template", action="store_true", help="chat_template: true")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only:
             source: Any = f"catalog:{name}"
             size = {"hellaswag": args.hellaswag, "piqa": args.piqa}.get(name, 0)
-            if size:
+            if args.first:
+                source = subset(name, args.first, Path(tmp), first=True)
+            elif size:
                 source = subset(name, size, Path(tmp))
+            if args.chat_template:
+                if isinstance(source, str):
+                    source = load_spec(source).spec.model_dump(
+                        mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer"}
+                    )
+                source = {**source, "chat_template": True, "name": f"{source['name']}-chat"}
             (done,) = run_spec(source, models=[MODEL], cache=args.cache, results_root=args.results)
             figures = {}
             for metric in ("acc", "acc_norm"):

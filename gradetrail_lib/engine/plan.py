@@ -20,7 +20,7 @@ from gradetrail_lib.errors import InputError, InputErrors
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import ModelRequest
 from gradetrail_lib.providers.registry import ModelConfig
-from gradetrail_lib.providers.request import RequestBuilder
+from gradetrail_lib.providers.request import RequestBuilder, chat_template_refusal
 from gradetrail_lib.results.trace import Retrieval
 from gradetrail_lib.scorers import Scorer, build_scorer
 from gradetrail_lib.spec.choices import ChoiceRenderer, ChoiceSet
@@ -28,6 +28,7 @@ from gradetrail_lib.spec.fewshot import choice_renderer, fewshot_examples
 from gradetrail_lib.spec.identity import dataset_media_hash
 from gradetrail_lib.spec.prompts import PromptRenderer
 from gradetrail_lib.spec.spec import LoadedSpec, loglikelihood_refusal
+from gradetrail_lib.spec.yaml_lines import load_yaml
 
 # Items (a sample's repeats each one) a batch: its requests, responses and records are
 # what a run holds at once. A batch holds whole samples, with all their repeats.
@@ -216,11 +217,13 @@ class RunPlan:
 
     def _choice_item(self, sample: Sample, label: str, choices: ChoiceRenderer) -> PlannedSample:
         asked = choices.render(sample, label)
-        continuations = [choices.prefix + text for text in asked.options]
+        continuations = [choices.continuation_prefix + text for text in asked.options]
         requests = [self.builder.loglikelihood(asked.context, c) for c in continuations]
         unconditional = self.loaded.spec.unconditional_context
         if unconditional is not None:
-            requests += [self.builder.loglikelihood(unconditional, c) for c in continuations]
+            requests += [
+                self.builder.loglikelihood(unconditional, c, templated=False) for c in continuations
+            ]
         return PlannedSample(
             sample=sample,
             request=requests[0],
@@ -288,13 +291,19 @@ def plan(
     choices = choice_renderer(spec, fewshot)
     generated = choices if choices is not None and not spec.by_loglikelihood else None
     renderer = PromptRenderer(spec, fewshot, generated, media_dir=dataset.path.parent)
-    builder = RequestBuilder(
-        model,
-        spec.params,
-        tools=toolbox.definitions() if toolbox is not None else None,
-        tool_choice=spec.tool_choice,
-        shared_messages=renderer.shared_messages,
-    )
+    try:
+        builder = RequestBuilder(
+            model,
+            spec.params,
+            tools=toolbox.definitions() if toolbox is not None else None,
+            tool_choice=spec.tool_choice,
+            shared_messages=renderer.shared_messages,
+            chat_template=bool(spec.chat_template),
+        )
+    except ValueError as exc:  # the model has no chat template, or it cannot be read
+        raise InputError(
+            str(loaded.path), _spec_line(loaded, "chat_template"), "chat_template", str(exc)
+        ) from None
     samples = _check_samples(loaded, dataset, renderer, builder, scorers, toolbox, choices)
     return RunPlan(
         loaded, dataset, model, scorers, renderer, builder, toolbox, repeats, samples, choices
@@ -323,6 +332,23 @@ def asset_model_refusal(loaded: LoadedSpec, model: ModelConfig) -> InputError:
 
 
 def check_kinds(loaded: LoadedSpec, model: ModelConfig) -> None:
-    """A model named beside the spec (`--models`) is held to the spec's request kind too."""
-    if loaded.spec.by_loglikelihood and "loglikelihood" not in providers.get(model.provider).kinds:
+    """A model named beside the spec (`--models`) is held to the spec's request kind (and
+    chat template) too."""
+    provider = providers.get(model.provider)
+    if loaded.spec.by_loglikelihood and "loglikelihood" not in provider.kinds:
         raise InputError(str(loaded.path), None, "models", loglikelihood_refusal(model.provider))
+    if loaded.spec.chat_template and provider.chat_template is None:
+        raise InputError(
+            str(loaded.path), _spec_line(loaded, "chat_template"), "chat_template",
+            chat_template_refusal(model.provider),
+        )  # fmt: skip
+
+
+def _spec_line(loaded: LoadedSpec, field: str) -> int | None:
+    """The line of a top-level field in the spec's file (None when it is not there: a
+    catalogue entry given a chat template by another file)."""
+    try:
+        doc = load_yaml(loaded.path)
+    except InputError:  # a spec given in memory (`run_spec`) has no file to read
+        return None
+    return doc.line_of((field,)) if doc.has((field,)) else None

@@ -26,6 +26,7 @@ from gradetrail_lib.providers.pricing import PriceList
 from gradetrail_lib.results.runs import MANIFEST_FILE, RESULTS_FILE, run_dir_name
 from gradetrail_lib.results.trace import (
     SCHEMA_VERSION,
+    ChatTemplateInfo,
     DatasetInfo,
     GitInfo,
     Manifest,
@@ -96,6 +97,13 @@ def warnings_for(plan: RunPlan, served: set[str], git: dict[str, Any]) -> list[s
     return warnings
 
 
+def chat_template_info(plan: RunPlan) -> ChatTemplateInfo | None:
+    template = plan.builder.chat_template
+    if template is None:
+        return None
+    return ChatTemplateInfo(source=template.source, sha256=template.sha256)
+
+
 def build_manifest(
     plan: RunPlan,
     execution: dict[str, object],
@@ -128,6 +136,7 @@ def build_manifest(
             provider=plan.model.provider,
             base_url=plan.builder.key_base_url,
             served=sorted(served),
+            chat_template=chat_template_info(plan),
         ),
         git=GitInfo(**git),
         gradetrail_version=__version__,

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gradetrail_lib.providers.media import MediaSource
 
 StopReason = Literal["stop", "max_tokens", "tool_use", "content_filter", "other"]
@@ -15,6 +17,19 @@ RequestKind = Literal["chat", "loglikelihood"]
 
 # Statuses that no retry can fix: the request or its credentials are wrong.
 FATAL_STATUSES = frozenset({400, 401, 403, 404, 405, 413, 422})
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A model's own chat template, as a log-likelihood context is wrapped in it: the
+    context is one user turn, followed by the assistant's turn opening, after which the
+    continuation is scored (lm-evaluation-harness's `--apply_chat_template`)."""
+
+    # Where the template was read (e.g. the GGUF metadata key `tokenizer.chat_template`).
+    source: str
+    # The sha256 of the template's text: in the request key and the manifest.
+    sha256: str
+    render: "Callable[[str], str]"
 
 
 # Not frozen, for speed: a cached run makes one per sample.
@@ -153,6 +168,9 @@ class ModelRequest:
     kind: RequestKind = "chat"
     context: str = ""
     continuation: str = ""
+    # The context was rendered by the model's chat template (`ChatTemplate`): the texts of
+    # its special tokens (`<|im_start|>`) are read as those tokens, not spelled out.
+    chat_template: bool = False
     # Where the bytes of the messages' images and documents are, by their sha256
     # (`providers.media`); not part of the key, which holds only the hashes.
     media: "dict[str, MediaSource] | None" = None

@@ -31,6 +31,7 @@ PROVIDER = Provider(
     planned_base_url="local://",
     serve=local_server.shared_local_server,
     score_loglikelihood=local_loglikelihood.answer,
+    chat_template=local_loglikelihood.chat_template,
     refused_params=(
         RefusedParam("thinking", "the local model's server", "the local model"),
         RefusedParam("reasoning_effort", "the local model's server", "the local model"),

@@ -16,20 +16,34 @@ last text evaluated: a request sharing a prefix with it (a sample's choices shar
 context) evaluates only the tokens after that prefix. (llama-cpp-python's own server
 scores each prompt token with the prediction made after it, one position off; this module
 reads the scores in-process, aligned.)
+
+With a chat template (spec `chat_template`, `chat_template` below) the context is the
+GGUF's own template rendered around it, by llama-cpp-python's `Jinja2ChatFormatter` (what
+its chat completions use): one user turn, then the assistant's turn opening. Such a text
+is tokenized with its special tokens' texts read as those tokens (`<|im_start|>` is one
+token), as a Hugging Face tokenizer reads lm-eval's templated text.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
+import hashlib
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gradetrail_lib.providers import local_server
-from gradetrail_lib.providers.base import ModelRequest, ModelResponse, ProviderError
+from gradetrail_lib.providers.base import ChatTemplate, ModelRequest, ModelResponse, ProviderError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
+
+    from gradetrail_lib.providers.registry import ModelConfig
+
+# Where a GGUF file keeps its default chat template.
+TEMPLATE_KEY = "tokenizer.chat_template"
 
 # Tokens the model is loaded for: the longest context + continuation it can score. The
 # logits of every position are kept (n_ctx x vocabulary floats: 2048 x 49,152 x 4 bytes,
@@ -105,15 +119,18 @@ class Evaluator:
         # What the KV cache holds, position by position (their logits are in `scores`).
         self._held: list[int] = []
 
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+    def tokenize(self, text: str, *, special: bool = False) -> list[int]:
+        """`special`: the texts of special tokens are read as those tokens (a chat
+        template's text); otherwise as plain text, as any other context is."""
+        return list(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=special))
 
-    def score(self, context: str, continuation: str) -> Scored:
+    def score(self, context: str, continuation: str, *, special: bool = False) -> Scored:
         import numpy as np
 
         if not continuation:
             raise ProviderError("fatal", "a log-likelihood request needs a continuation")
-        whole, start = split_tokens(self.tokenize, context, continuation, self.prefix_token)
+        tokenize = functools.partial(self.tokenize, special=special)
+        whole, start = split_tokens(tokenize, context, continuation, self.prefix_token)
         if len(whole) > self.n_ctx:
             raise ProviderError(
                 "fatal",
@@ -173,7 +190,7 @@ def answer(request: ModelRequest) -> ModelResponse:
         model = evaluator(request.endpoint.model)
     except local_server.LocalModelUnavailable as exc:
         raise ProviderError("fatal", str(exc)) from None
-    scored = model.score(request.context, request.continuation)
+    scored = model.score(request.context, request.continuation, special=request.chat_template)
     return ModelResponse(
         text=request.continuation,
         served_model=request.endpoint.model,
@@ -184,4 +201,88 @@ def answer(request: ModelRequest) -> ModelResponse:
         loglikelihood=scored.loglikelihood,
         continuation_tokens=scored.tokens,
         is_greedy=scored.is_greedy,
+    )
+
+
+@contextlib.contextmanager
+def _quiet_llama_log() -> Iterator[None]:
+    """llama.cpp's log silenced for a moment: a vocabulary-only load warns on stderr that
+    its context is longer than the (unloaded) model's, whatever its size, even with
+    `verbose=False`. llama-cpp-python's own log callback is put back after."""
+    import ctypes
+
+    import llama_cpp
+
+    try:
+        from llama_cpp._logger import llama_log_callback
+    except ImportError:  # another layout of the library: its noise is only noise
+        yield
+        return
+    global _SILENT_LOG
+    if _SILENT_LOG is None:
+        _SILENT_LOG = llama_cpp.llama_log_callback(_silent_log)
+    llama_cpp.llama_log_set(_SILENT_LOG, ctypes.c_void_p(0))
+    try:
+        yield
+    finally:
+        llama_cpp.llama_log_set(llama_log_callback, ctypes.c_void_p(0))
+
+
+def _silent_log(level: int, text: bytes, user_data: object) -> None:
+    del level, text, user_data
+
+
+# The ctypes callback lives as long as the module (llama.cpp keeps its address).
+_SILENT_LOG: Any = None
+
+
+@functools.cache
+def _gguf_template(name: str) -> tuple[str, str, str]:
+    """The chat template in local model `name`'s GGUF file, with the texts of its BOS and
+    EOS tokens (which a template may name). Read from the vocabulary alone (no weights,
+    well under a second), once per process."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        raise ValueError(
+            f"the chat template of local model {name!r} is read with llama-cpp-python. "
+            f"{local_server.INSTALL_HINT}"
+        ) from None
+    try:
+        path = local_server.locate_model_file(name)
+    except local_server.LocalModelUnavailable as exc:
+        raise ValueError(str(exc)) from None
+    with _quiet_llama_log():
+        llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        template = llm.metadata.get(TEMPLATE_KEY)
+        bos, eos = llm.token_bos(), llm.token_eos()
+        bos_text = llm.detokenize([bos], special=True).decode("utf-8") if bos >= 0 else ""
+        eos_text = llm.detokenize([eos], special=True).decode("utf-8") if eos >= 0 else ""
+    finally:
+        llm.close()
+    if not template:
+        raise ValueError(
+            f"local model {name!r} has no chat template ({TEMPLATE_KEY}) in {path.name}"
+        )
+    return template, bos_text, eos_text
+
+
+def chat_template(model: ModelConfig) -> ChatTemplate:
+    """Provider `local`'s chat template for `model`: the GGUF's own, as its chat
+    completions apply it (llama-cpp-python's `Jinja2ChatFormatter`)."""
+    template, bos_text, eos_text = _gguf_template(model.name)
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    formatter = Jinja2ChatFormatter(
+        template=template, eos_token=eos_text, bos_token=bos_text, add_generation_prompt=True
+    )
+
+    def render(context: str) -> str:
+        return formatter(messages=[{"role": "user", "content": context}]).prompt
+
+    return ChatTemplate(
+        source=f"gguf:{TEMPLATE_KEY}",
+        sha256=hashlib.sha256(template.encode("utf-8")).hexdigest(),
+        render=render,
     )

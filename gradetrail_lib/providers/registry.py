@@ -31,7 +31,13 @@ if TYPE_CHECKING:
     from gradetrail_lib.config import Params
     from gradetrail_lib.datasets.dataset import Sample
     from gradetrail_lib.providers.adapter import Adapter
-    from gradetrail_lib.providers.base import Message, ModelRequest, ModelResponse, ScriptedAnswer
+    from gradetrail_lib.providers.base import (
+        ChatTemplate,
+        Message,
+        ModelRequest,
+        ModelResponse,
+        ScriptedAnswer,
+    )
     from gradetrail_lib.providers.batch import BatchAPI
     from gradetrail_lib.providers.media import MediaLimits
 
@@ -143,6 +149,10 @@ class Provider:
     # asking a provider with neither for log-likelihoods is refused at load.
     score_loglikelihood: "Callable[[ModelRequest], ModelResponse] | None" = None
     loglikelihood_adapter: "Adapter | None" = None
+    # A model's own chat template for its log-likelihood contexts (spec `chat_template`),
+    # when the provider can apply one; raises ValueError when the model has none. A spec
+    # asking another provider for one is refused at load.
+    chat_template: "Callable[[ModelConfig], ChatTemplate] | None" = None
     # The images and documents one request may hold (`providers.media`); None: it takes
     # none, and a spec showing it media is refused at load.
     media: "MediaLimits | None" = None

@@ -31,7 +31,11 @@ settings beyond the base URL (`Provider.endpoint_settings`: `azure_openai`'s API
 A log-likelihood request (`ModelRequest.kind`, see `providers.loglikelihood`) is keyed by
 the canonical JSON of ``{"v": 1, "kind": "loglikelihood", "provider", "model", "base_url",
 "context", "continuation"}`` (with `"settings"` as above): no messages and no sampling
-parameters, since neither changes a log-likelihood; nothing of the scorer either.
+parameters, since neither changes a log-likelihood; nothing of the scorer either. A context
+rendered by the model's chat template (spec `chat_template`) is keyed as that text, with
+`"chat_template": "<sha256 of the template>"` beside it (absent otherwise, so every other
+key stays as it was): an answer computed with the template never serves a request
+without it, even one whose raw context spells the same text.
 
 Messages are provider-neutral: `{"role": "system"|"user", "content": text}`,
 `{"role": "assistant", "content": text, "tool_calls": [{"id", "name", "arguments"}]}` (the
@@ -49,7 +53,13 @@ from gradetrail_lib.config import UNKEYED_PARAMS, Params
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers import registry
-from gradetrail_lib.providers.base import Endpoint, Message, ModelRequest, PromptCacheMark
+from gradetrail_lib.providers.base import (
+    ChatTemplate,
+    Endpoint,
+    Message,
+    ModelRequest,
+    PromptCacheMark,
+)
 from gradetrail_lib.providers.media import MediaSource, limit_problem, media_parts
 from gradetrail_lib.providers.registry import ModelConfig
 
@@ -139,6 +149,14 @@ def request_keyer(
     return lambda messages: sha256_hex(head + canonical_json(messages) + tail)
 
 
+def chat_template_refusal(provider: str) -> str:
+    return (
+        f"provider {provider} cannot apply a chat template to log-likelihood requests "
+        "(it has no template of the model's to render them with); only provider local "
+        "does (the GGUF's own). Remove chat_template, or set it to false"
+    )
+
+
 def endpoint_for(model: ModelConfig) -> Endpoint:
     """The endpoint to send to (a provider that starts a server has its URL bound when the
     server runs: see `backends.live_endpoints`)."""
@@ -159,8 +177,10 @@ def loglikelihood_key(
     continuation: str,
     *,
     settings: dict[str, str] | None = None,
+    chat_template: str | None = None,
 ) -> str:
-    """The key of a log-likelihood request (see the module's docstring)."""
+    """The key of a log-likelihood request (see the module's docstring); `chat_template`:
+    the sha256 of the template that rendered `context`."""
     fields: dict[str, Any] = {
         "v": KEY_VERSION,
         "kind": "loglikelihood",
@@ -172,6 +192,8 @@ def loglikelihood_key(
     }
     if settings:
         fields["settings"] = settings
+    if chat_template is not None:
+        fields["chat_template"] = chat_template
     return hash_json(fields)
 
 
@@ -187,9 +209,12 @@ class RequestBuilder:
         tools: list[dict[str, Any]] | None = None,
         tool_choice: str | None = None,
         shared_messages: int = 0,
+        chat_template: bool = False,
     ) -> None:
         """`shared_messages`: how many of the first messages every sample shares (the
-        prompt's constant part), which `params.cache` marks for the prompt cache."""
+        prompt's constant part), which `params.cache` marks for the prompt cache.
+        `chat_template`: log-likelihood contexts are rendered by the model's own chat
+        template (the provider's; a ValueError when it has none)."""
         self.model = model
         self.provider = registry.get(model.provider)
         self.params = request_params(params)
@@ -206,6 +231,11 @@ class RequestBuilder:
         # The base URL the requests are keyed by (the manifest records it too).
         self.key_base_url = key_base_url(model)
         self._keyers: dict[int, Callable[[list[Message]], str]] = {}
+        self.chat_template: ChatTemplate | None = None
+        if chat_template:
+            if self.provider.chat_template is None:
+                raise ValueError(chat_template_refusal(model.provider))
+            self.chat_template = self.provider.chat_template(model)
 
     def _key_of(self, repeat: int) -> Callable[[list[Message]], str]:
         keyer = self._keyers.get(repeat)
@@ -218,16 +248,23 @@ class RequestBuilder:
             )  # fmt: skip
         return keyer
 
-    def loglikelihood(self, context: str, continuation: str) -> ModelRequest:
-        """The request for the log-likelihood of `continuation` after `context`."""
+    def loglikelihood(
+        self, context: str, continuation: str, *, templated: bool = True
+    ) -> ModelRequest:
+        """The request for the log-likelihood of `continuation` after `context`, the
+        context rendered by the chat template when the builder has one (and `templated`:
+        an unconditional context is scored as it is, as lm-eval does)."""
         model = self.model
+        template = self.chat_template if templated else None
+        if template is not None:
+            context = template.render(context)
         key = loglikelihood_key(
-            model.provider, model.name, key_base_url(model), context, continuation,
-            settings=self.settings,
+            model.provider, model.name, self.key_base_url, context, continuation,
+            settings=self.settings, chat_template=template.sha256 if template else None,
         )  # fmt: skip
         return ModelRequest(
             key, self.endpoint, [], {}, kind="loglikelihood", context=context,
-            continuation=continuation,
+            continuation=continuation, chat_template=template is not None,
         )  # fmt: skip
 
     @property

@@ -300,11 +300,22 @@ class ScorerInfo(_Model):
     hash: str
 
 
+class ChatTemplateInfo(_Model):
+    """The chat template a run's log-likelihood contexts were rendered by (spec
+    `chat_template`): where it was read and the sha256 of its text."""
+
+    source: str
+    sha256: str
+
+
 class ModelInfo(_Model):
     requested: str
     provider: str
     base_url: str | None
     served: list[str]
+    # Only a run with `chat_template: true` has it: left out of the JSON otherwise, so
+    # every other manifest reads and writes as before.
+    chat_template: ChatTemplateInfo | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class GitInfo(_Model):

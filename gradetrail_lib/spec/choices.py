@@ -120,9 +120,13 @@ class ChoiceRenderer:
         choice_prefix: str,
         fewshot: "FewShot | None" = None,
         by_letter: bool = False,
+        continuation_prefix: str | None = None,
     ) -> None:
         """`by_letter`: the model answers with a letter (`method: generate`), so each
-        few-shot example is asked with lettered options and answered with its letter."""
+        few-shot example is asked with lettered options and answered with its letter.
+        `continuation_prefix`: before each option in its continuation, when it is not
+        `choice_prefix` (which stays between a few-shot example and its answer): after a
+        chat template's assistant turn opening, lm-eval puts nothing there."""
         self._prompt = Template(prompt, "prompt")
         self._options: Callable[[Sample, str], Any]
         if isinstance(choices, str):
@@ -132,6 +136,9 @@ class ChoiceRenderer:
             self._options = lambda sample, where: [t.render(sample, where) for t in templates]
         self._gold = _Expression(gold, "gold")
         self.prefix = choice_prefix
+        self.continuation_prefix = (
+            choice_prefix if continuation_prefix is None else continuation_prefix
+        )
         self.fewshot = fewshot
         self.by_letter = by_letter
 

@@ -29,4 +29,9 @@ def choice_renderer(spec: Spec, fewshot: FewShot | None) -> ChoiceRenderer | Non
     assert spec.gold is not None and spec.prompt is not None, "checked when the spec loaded"
     prefix = spec.choice_prefix if spec.choice_prefix is not None else DEFAULT_CHOICE_PREFIX
     by_letter = not spec.by_loglikelihood
-    return ChoiceRenderer(spec.prompt, spec.choices, spec.gold, prefix, fewshot, by_letter)
+    # lm-eval's `--apply_chat_template` drops its target delimiter: the option follows the
+    # assistant's turn opening directly (a prefix the spec sets is kept).
+    continuation = "" if spec.chat_template and spec.choice_prefix is None else None
+    return ChoiceRenderer(
+        spec.prompt, spec.choices, spec.gold, prefix, fewshot, by_letter, continuation
+    )

@@ -90,9 +90,12 @@ def _choice_fields(loaded: LoadedSpec) -> dict[str, Any]:
         return {}
     fields = spec.model_dump(
         mode="json",
-        include={"choices", "gold", "method", "choice_prefix", "unconditional_context", "fewshot"},
+        include={
+            "choices", "gold", "method", "choice_prefix", "unconditional_context", "fewshot",
+            "chat_template",
+        },
         exclude_none=True,
-    )
+    )  # fmt: skip
     return {**fields, "fewshot_files": file_hashes(fewshot_files(loaded))}
 
 

@@ -27,6 +27,7 @@ from gradetrail_lib.errors import (
 )
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.registry import ModelConfig, ProviderName, Watch
+from gradetrail_lib.providers.request import chat_template_refusal
 from gradetrail_lib.scorers.registry import ScorerConfig as ScorerBase
 from gradetrail_lib.scorers.registry import config_types
 from gradetrail_lib.spec import catalog
@@ -138,6 +139,11 @@ class Spec(Strict):
     # The context of each option's unconditional log-likelihood (`acc_mutual_info`).
     unconditional_context: str | None = None
     fewshot: FewShotConfig | None = None
+    # Log-likelihood contexts rendered by each model's own chat template (a local model's
+    # GGUF template): one user turn, then the assistant's turn opening, as lm-eval's
+    # `--apply_chat_template`. `false` is the default and hashes as absent, so a spec
+    # writing it keeps its identity.
+    chat_template: bool | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -169,6 +175,29 @@ class Spec(Strict):
     @classmethod
     def _check_gold(cls, gold: str | None) -> str | None:
         return None if gold is None else check_expression(gold)
+
+    @field_validator("chat_template")
+    @classmethod
+    def _check_chat_template(cls, on: bool | None, info: ValidationInfo) -> bool | None:
+        # A field validator (after the fields it reads), so the error names this field
+        # and its line.
+        if not on:
+            return None
+        data = info.data
+        if data.get("choices") is None or (data.get("method") or "loglikelihood") != (
+            "loglikelihood"
+        ):
+            raise ValueError(
+                "only with choices by log-likelihood (a generating model's chat completions "
+                "apply its template already)"
+            )
+        models = list(data.get("models") or [])
+        if data.get("model") is not None:
+            models.append(data["model"])
+        for model in models:
+            if providers.get(model.provider).chat_template is None:
+                raise ValueError(chat_template_refusal(model.provider))
+        return True
 
     @property
     def by_loglikelihood(self) -> bool:
@@ -410,27 +439,33 @@ def load_spec(path: Path | str) -> LoadedSpec:
     return LoadedSpec(spec=spec, path=path)
 
 
+# What a catalogue entry's file may set besides `catalog`: its models, and whether the
+# entry's contexts are rendered by their chat template.
+_POINTER_FIELDS = ("models", "model", "chat_template")
+
+
 def _catalog_pointer(doc: YamlDocument, path: Path) -> LoadedSpec:
     """A spec file that names a catalogue entry (`catalog: NAME`), with its own `models`
     (or `model`) instead of the entry's: how an entry joins a specs folder (Dagster)."""
     data = doc.data
     assert isinstance(data, dict)
-    extra = sorted(set(data) - {"catalog", "models", "model"})
+    extra = sorted(set(data) - {"catalog", *_POINTER_FIELDS})
     if extra:
         raise InputError(
             str(path), doc.line_of((extra[0],)), extra[0],
-            "a catalogue entry's file takes only catalog, and models or model",
+            "a catalogue entry's file takes only catalog, models or model, and chat_template",
         )  # fmt: skip
     try:
         loaded = _load_catalog_entry(f"{catalog.PREFIX}{data['catalog']}")
     except UsageError as exc:
         raise InputError(str(path), doc.line_of(("catalog",)), "catalog", str(exc)) from None
-    if "models" not in data and "model" not in data:
+    if not set(data) & set(_POINTER_FIELDS):
         return loaded
+    replaced = {"model", "models"} if {"model", "models"} & set(data) else set()
     fields = loaded.spec.model_dump(
-        mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer", "models"}
+        mode="json", by_alias=True, exclude_none=True, exclude={"model", "scorer", *replaced}
     )
-    fields.update({k: data[k] for k in ("models", "model") if k in data})
+    fields.update({k: data[k] for k in _POINTER_FIELDS if k in data})
     try:
         spec = Spec.model_validate(fields, context={"base_dir": loaded.base_dir})
     except ValidationError as exc:

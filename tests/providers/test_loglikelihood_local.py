@@ -33,15 +33,18 @@ def direct() -> Iterator[object]:
     llm.close()
 
 
-def reference(llm, context: str, continuation: str) -> tuple[float, int, bool]:
+def reference(
+    llm, context: str, continuation: str, *, special: bool = False
+) -> tuple[float, int, bool]:
     """lm-eval's `_encode_pair` split and sum, written out: trailing whitespace moved to
     the continuation, the whole text tokenized, the continuation after the context's
-    tokens; every row a fresh log-softmax."""
+    tokens; every row a fresh log-softmax. `special`: special tokens' texts are read as
+    those tokens (a chat template's text, as a Hugging Face tokenizer reads it)."""
     spaces = len(context) - len(context.rstrip())
     if spaces:
         context, continuation = context[:-spaces], context[-spaces:] + continuation
-    whole = llm.tokenize((context + continuation).encode(), add_bos=False)
-    ctx = llm.tokenize(context.encode(), add_bos=False)
+    whole = llm.tokenize((context + continuation).encode(), add_bos=False, special=special)
+    ctx = llm.tokenize(context.encode(), add_bos=False, special=special)
     start = 0
     while start < min(len(ctx), len(whole)) and ctx[start] == whole[start]:
         start += 1
@@ -132,3 +135,42 @@ def test_too_long_a_text_is_refused() -> None:
         model.score("word " * 3000, " end")
     with pytest.raises(ProviderError, match="needs a continuation"):
         model.score(CONTEXT, "")
+
+
+# SmolLM2-135M-Instruct's template (its GGUF's `tokenizer.chat_template`), rendered by hand:
+# its default system turn, the context as the user's turn, the assistant's turn opening.
+TEMPLATED = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+def test_a_chat_templated_request_matches_a_direct_computation(direct) -> None:
+    """With `chat_template`, the request's context is the GGUF's template around the
+    prompt and its log-likelihood is the templated text's, its special tokens read as
+    tokens, the option after the assistant's turn opening (lm-eval's empty delimiter)."""
+    import hashlib
+
+    from gradetrail_lib.config import Params
+    from gradetrail_lib.providers.local_loglikelihood import answer
+    from gradetrail_lib.providers.registry import ModelConfig
+    from gradetrail_lib.providers.request import RequestBuilder
+
+    model = ModelConfig(provider="local", name="smollm2-135m")
+    builder = RequestBuilder(model, Params(), chat_template=True)
+    template = builder.chat_template
+    assert template is not None
+    gguf = direct.metadata["tokenizer.chat_template"]
+    assert template.sha256 == hashlib.sha256(gguf.encode()).hexdigest()
+    start = direct.tokenize(b"<|im_start|>", add_bos=False, special=True)
+    assert start == [direct.token_bos()]  # one special token, not its spelling
+    for option in [c.strip() for c in CHOICES]:
+        request = builder.loglikelihood(CONTEXT, option)
+        assert request.context == TEMPLATED.format(CONTEXT) and request.chat_template
+        got = answer(request)
+        want, tokens, greedy = reference(direct, request.context, option, special=True)
+        assert abs(got.loglikelihood - want) < 1e-3, (option, got, want)
+        assert (got.continuation_tokens, got.is_greedy) == (tokens, greedy)
+        # Read as plain text, the same characters give another figure.
+        plain, _, _ = reference(direct, request.context, option)
+        assert abs(plain - want) > 0.1
