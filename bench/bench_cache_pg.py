@@ -2,7 +2,8 @@
 prints figures).
 
     .venv/bin/python -m bench.bench_cache_pg [--n 500] [--latency 0.2] \
-        [--warm 10000 100000] [--rounds 3] [--writers 4] [--writer-n 2000]
+        [--warm 10000 100000] [--rounds 3] [--writers 4] [--writer-n 2000] \
+        [--parts cold warm writers claims]
 
 The same runs, once with `--cache FILE.duckdb` and once with `--cache postgresql://...`
 (a throwaway server on this machine, `tests.support.postgres`: loopback TCP, fsync off,
@@ -18,6 +19,10 @@ as the tests run it):
    cache (latency 0.05 s, concurrency 16 each): wall until the last ends, the fake
    server's calls against the distinct requests (how many were sent more than once),
    and the keys stored.
+4. Claims: the cold run of 1. with claims (as shipped) and without (the cache's
+   `claims()` made to return None, as before claims), alternating, `rounds` of each: the
+   responses step's time with claims over the time without (median of the rounds'
+   ratios; each round's pair ran back to back).
 
 The fake server runs in its own process, so its CPU and memory are not the runs'. Needs
 Debian's postgresql and psycopg (`pip install -e '.[postgres]'`).
@@ -39,6 +44,8 @@ from bench.bench_scale import MB, measured_tree
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.postgres import PostgresServer, postgres_problem, running_postgres
 
+PARTS = ("cold", "warm", "writers", "claims")
+
 # A cache location for a case, per engine: a fresh DuckDB file or a fresh database.
 Fresh = Callable[[str], str]
 
@@ -59,6 +66,48 @@ def cold(n: int, latency_s: float, rounds: int, fresh: Fresh, work: Path, url: s
         ratios.append(responses_s / (n * latency_s / 64))
     spread = " ".join(f"{r:.3f}" for r in ratios)
     return f"cold n={n} C=64: responses step / floor = {statistics.median(ratios):.3f} ({spread})"
+
+
+# A run as `GRADETRAIL` starts it, with no claims on either cache: what a run did before
+# claims, for the claims' overhead (part 4).
+UNCLAIMED = [
+    sys.executable,
+    "-c",
+    "import sys; from gradetrail_lib.cache import postgres, responses;"
+    " postgres.PostgresCache.claims = lambda self: None;"
+    " responses.ResponseCache.claims = lambda self: None;"
+    " from gradetrail_lib.cli import main; sys.exit(main())",
+]
+
+
+def claims_overhead(
+    n: int, latency_s: float, rounds: int, fresh: Fresh, work: Path, url: str
+) -> str:
+    def responses_s(command: list[str], name: str) -> float:
+        case = work / name
+        write_addition_dataset(case / "data" / "add.jsonl", n)
+        spec = write_spec(case / "add.yaml", base_url=url)
+        run = [*command, "run", str(spec), "--concurrency", "64", "--cache", fresh(name)]
+        manifest = manifest_of(timed(run, case)[1], case)
+        assert manifest["target"]["calls"] == n  # type: ignore[index]
+        return float(manifest["timings_s"]["responses"])  # type: ignore[index]
+
+    ratios, claimed, unclaimed = [], [], []
+    for i in range(rounds):
+        # Which goes first alternates, so neither always meets a warmer machine.
+        order = [("claimed", GRADETRAIL), ("unclaimed", UNCLAIMED)]
+        if i % 2:
+            order.reverse()
+        times = {label: responses_s(command, f"{label}{i}") for label, command in order}
+        claimed.append(times["claimed"])
+        unclaimed.append(times["unclaimed"])
+        ratios.append(times["claimed"] / times["unclaimed"])
+    spread = " ".join(f"{r:.3f}" for r in ratios)
+    return (
+        f"cold n={n} C=64, claims: responses step with claims / without = "
+        f"{statistics.median(ratios):.3f} ({spread}); medians {statistics.median(claimed):.2f} s"
+        f" / {statistics.median(unclaimed):.2f} s"
+    )
 
 
 def warm(n: int, rounds: int, fresh: Fresh, work: Path, url: str) -> str:
@@ -144,6 +193,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--writers", type=int, default=4)
     parser.add_argument("--writer-n", type=int, default=2000)
+    parser.add_argument(
+        "--parts", nargs="+", choices=PARTS, default=list(PARTS), help="which parts to run"
+    )
     args = parser.parse_args()
     # A SIGTERM unwinds like an exception, so the server and the fake stop with the bench.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -160,23 +212,33 @@ def main() -> None:
             work = root / engine
             work.mkdir()
             print(engine)
-            (work / "slow").mkdir()
-            server, url = start_server(args.latency, work / "slow")
-            try:
-                print(f"  {cold(args.n, args.latency, args.rounds, fresh, work, url)}")
-            finally:
-                server.terminate()
-                server.wait()
-            (work / "fast").mkdir()
-            server, url = start_server(0.0, work / "fast")
-            try:
-                for n in args.warm:
-                    print(f"  {warm(n, args.rounds, fresh, work, url)}")
-            finally:
-                server.terminate()
-                server.wait()
-            (work / "wserver").mkdir()
-            print(f"  {writers(args.writers, args.writer_n, fresh, work, work / 'wserver')}")
+            cold_parts = [p for p in ("cold", "claims") if p in args.parts]
+            if cold_parts:
+                (work / "slow").mkdir()
+                server, url = start_server(args.latency, work / "slow")
+                try:
+                    if "cold" in cold_parts:
+                        print(f"  {cold(args.n, args.latency, args.rounds, fresh, work, url)}")
+                    if "claims" in cold_parts:
+                        overhead = claims_overhead(
+                            args.n, args.latency, args.rounds, fresh, work, url
+                        )
+                        print(f"  {overhead}")
+                finally:
+                    server.terminate()
+                    server.wait()
+            if "warm" in args.parts:
+                (work / "fast").mkdir()
+                server, url = start_server(0.0, work / "fast")
+                try:
+                    for n in args.warm:
+                        print(f"  {warm(n, args.rounds, fresh, work, url)}")
+                finally:
+                    server.terminate()
+                    server.wait()
+            if "writers" in args.parts:
+                (work / "wserver").mkdir()
+                print(f"  {writers(args.writers, args.writer_n, fresh, work, work / 'wserver')}")
             sys.stdout.flush()
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradetrail_lib.cache.claims import process_alive
 from gradetrail_lib.cache.duckdb_file import open_connection
 
 SCHEMA = """
@@ -104,7 +105,7 @@ class BatchRecord:
         host, _, pid = self.owner.rpartition(":")
         if host != socket.gethostname():
             return time.time() - self.claimed_at > STALE_CLAIM_S
-        return not _alive(int(pid))
+        return not process_alive(int(pid))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,18 +132,6 @@ class Claim:
 
 def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
 
 
 def _record(row: tuple[Any, ...]) -> BatchRecord:

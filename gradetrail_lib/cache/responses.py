@@ -7,7 +7,8 @@ writes open, work and close, retrying while another process holds the lock.
 The table is an append-only log without a key constraint: a lookup takes the earliest
 row of each key. A PRIMARY KEY index made the file several times larger and every write
 transaction cost more CPU, growing with the file (docs/performance.md); two rows of one key
-only arise when two processes pay for the same request at once (both are kept).
+only arise when two processes pay for the same request at once (both are kept), which
+claims (`claims.FileClaims`) leave to a claim that lapsed while its answer was on its way.
 
 Responses are written by a background thread, one transaction per burst of arrivals
 (`bursts.CacheWriter`, which the Postgres cache uses too), each journaled the moment it
@@ -22,6 +23,7 @@ from typing import Any
 
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.bursts import CacheWriter
+from gradetrail_lib.cache.claims import FileClaims, claims_path
 from gradetrail_lib.cache.duckdb_file import open_connection
 from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
 from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
@@ -284,10 +286,10 @@ class ResponseCache:
         """The code scorer's executions: a SQLite file beside the DuckDB file."""
         return ExecCache(exec_cache_path(self.path))
 
-    def claims(self) -> None:
-        """None yet: the file is written by one process at a time, and claims through it
-        are not implemented (runs on one machine may send a request both found missing)."""
-        return None
+    def claims(self) -> FileClaims:
+        """Claims of the runs sharing the file, in a SQLite file beside it
+        (`<file>.claims.sqlite`: `claims.FileClaims`)."""
+        return FileClaims(claims_path(self.path))
 
 
 def _drop_key_constraint(connection: Any) -> None:

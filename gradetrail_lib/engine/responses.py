@@ -14,7 +14,7 @@ from gradetrail_lib.agents.loop import Outcome as StepOutcome
 from gradetrail_lib.backends.base import Backend
 from gradetrail_lib.backends.live_endpoints import live_requests
 from gradetrail_lib.cache.base import Cache, Writer
-from gradetrail_lib.cache.claims import POLL_S, Claims, Renewal
+from gradetrail_lib.engine.claiming import StepClaims
 from gradetrail_lib.engine.plan import Batch
 from gradetrail_lib.hashing import canonical_json, hash_json, sha256_hex
 from gradetrail_lib.providers import registry as providers
@@ -136,13 +136,9 @@ def fetch_responses(
     if progress:
         progress(len(result.responses), total)
     # Runs sharing the cache claim what they are about to send: this step sends what it
-    # claimed and waits for the rest, which other runs are sending (`cache.claims`).
-    claims = cache.claims() if missing else None
-    waiting: list[ModelRequest] = []
-    if claims is not None:
-        held = claims.claim([r.key for r in missing])
-        waiting = [r for r in missing if r.key not in held]
-        missing = _not_stored_since(cache, [r for r in missing if r.key in held], result, listener)
+    # claimed and waits for the rest, which other runs are sending (`claiming`).
+    claims = StepClaims(cache)
+    missing, waiting = claims.split(missing, result, listener)
 
     def report() -> None:
         if progress:
@@ -150,9 +146,8 @@ def fetch_responses(
 
     # (No writer, and its thread, for a batch the cache answered whole.)
     writer_scope = cache.writer() if missing or waiting else nullcontext(None)
-    renewal = Renewal(claims) if claims is not None else nullcontext(None)
     try:
-        with writer_scope as writer, renewal, live_requests(missing) as live:
+        with writer_scope as writer, live_requests(missing) as live:
 
             def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
                 answered = result.take(request, outcome, writer)
@@ -164,69 +159,12 @@ def fetch_responses(
                     writer.finish()  # the last write need not wait for the backend to end
 
             backend.run(live, on_result)
-            if claims is not None and waiting:
-                _await_claimed(waiting, cache, claims, backend, result, listener, on_result)
+            if waiting:
+                claims.wait(waiting, backend, result, listener, on_result)
     finally:
-        if claims is not None:
-            claims.release()  # after the writer stored the answers: a waiter finds them
+        claims.close()  # after the writer stored the answers: a waiter finds them
     result.wall_s = time.perf_counter() - started
     return result
-
-
-def _not_stored_since(
-    cache: Cache,
-    claimed: list[ModelRequest],
-    result: "Responses",
-    listener: "ResponseListener | None",
-) -> list[ModelRequest]:
-    """Of requests just claimed, those still to send: another run may have stored one
-    between this step's lookup and its claim (then released it), and it is taken as that
-    run's answer (a cache hit here)."""
-    if not claimed:
-        return claimed
-    stored = cache.lookup([r.key for r in claimed])
-    _take_stored(stored, result, listener)
-    return [r for r in claimed if r.key not in stored]
-
-
-def _take_stored(
-    stored: dict[str, ModelResponse], result: "Responses", listener: "ResponseListener | None"
-) -> None:
-    for key, response in stored.items():
-        result.responses[key] = response
-        result.cache_hits.add(key)
-        if listener is not None:
-            listener.on_response(key, response, True)
-
-
-def _await_claimed(
-    waiting: list[ModelRequest],
-    cache: Cache,
-    claims: Claims,
-    backend: Backend,
-    result: "Responses",
-    listener: "ResponseListener | None",
-    on_result: Callable[[ModelRequest, ModelResponse | ProviderError], None],
-) -> None:
-    """Waits for the answers of requests other runs claimed, taking each from the cache
-    as it is stored; one whose claim lapsed (its owner died) or was released without an
-    answer (its call failed) is claimed and sent here."""
-    pending = {r.key: r for r in waiting}
-    while pending:
-        stored = cache.lookup(list(pending))
-        _take_stored(stored, result, listener)
-        for key in stored:
-            del pending[key]
-        if not pending:
-            return
-        taken = claims.claim(list(pending))
-        if not taken:
-            time.sleep(POLL_S)
-            continue
-        send = _not_stored_since(cache, [pending.pop(k) for k in sorted(taken)], result, listener)
-        if send:
-            with live_requests(send) as live:
-                backend.run(live, on_result)
 
 
 def _agent_responses(
@@ -254,31 +192,38 @@ def _agent_responses(
         budget=spec.step_budget,
         dataset_label=spec.dataset.label,
     )
-    with cache.writer() as writer:
+    # Each round of steps claims its misses as the target's step does (`claiming`), so
+    # runs of one agent spec at once send each step once.
+    claims = StepClaims(cache)
+    try:
+        with cache.writer() as writer:
 
-        def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
-            result.take(request, outcome, writer)
+            def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
+                result.take(request, outcome, writer)
 
-        def send(requests: list[ModelRequest]) -> dict[str, tuple[StepOutcome, bool]]:
-            unknown = [
-                r for r in requests if r.key not in result.responses and r.key not in result.errors
-            ]
-            if unknown:
-                found = cache.lookup([r.key for r in unknown])
-                result.responses.update(found)
-                result.cache_hits.update(found)
-            misses = [r for r in unknown if r.key not in result.responses]
-            if misses:
-                with live_requests(misses) as live:
-                    backend.run(live, on_result)
-            hits = result.cache_hits
-            return {r.key: (_outcome_of(result, r.key), r.key in hits) for r in requests}
+            def send(requests: list[ModelRequest]) -> dict[str, tuple[StepOutcome, bool]]:
+                unknown = [
+                    r
+                    for r in requests
+                    if r.key not in result.responses and r.key not in result.errors
+                ]
+                if unknown:
+                    found = cache.lookup([r.key for r in unknown])
+                    result.responses.update(found)
+                    result.cache_hits.update(found)
+                misses = [r for r in unknown if r.key not in result.responses]
+                if misses:
+                    claims.send(misses, backend, result, on_result)
+                hits = result.cache_hits
+                return {r.key: (_outcome_of(result, r.key), r.key in hits) for r in requests}
 
-        result.trajectories = run_agents(
-            plan.items, setup, send,
-            on_trajectory=listener.on_trajectory if listener is not None else None,
-            progress=progress,
-        )  # fmt: skip
+            result.trajectories = run_agents(
+                plan.items, setup, send,
+                on_trajectory=listener.on_trajectory if listener is not None else None,
+                progress=progress,
+            )  # fmt: skip
+    finally:
+        claims.close()  # after the writer stored the answers: a waiter finds them
     result.wall_s = time.perf_counter() - started
     return result
 

@@ -17,12 +17,15 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
+from functools import partial
 from typing import Any
 
 from gradetrail_lib.backends.base import Backend
-from gradetrail_lib.backends.live_endpoints import bind, live_requests, serve, served_models
+from gradetrail_lib.backends.live_endpoints import bind, serve, served_models
 from gradetrail_lib.backends.local import LocalBackend
 from gradetrail_lib.cache.base import Cache, Writer
+from gradetrail_lib.cache.claims import POLL_S
+from gradetrail_lib.engine.claiming import StepClaims
 from gradetrail_lib.engine.responses import Responses
 from gradetrail_lib.providers import registry as providers
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse, ProviderError
@@ -41,6 +44,9 @@ class CallStage:
     def __init__(self, cache: Cache, backend: Backend) -> None:
         self._cache = cache
         self._backend = backend
+        # Runs sharing the cache claim the requests they send (`claiming`): of two runs
+        # judging alike answers at once, one sends each judge request.
+        self._claims = StepClaims(cache)
         self._pipelined = isinstance(backend, LocalBackend)
         self.results = Responses()
         self._seen: set[str] = set()
@@ -136,8 +142,12 @@ class CallStage:
         self._collected = []
         if not misses:
             return
-        with self._cache.writer() as writer, live_requests(misses) as live:
-            self._backend.run(live, lambda r, o: self._on_result(writer, r, o))
+        try:
+            with self._cache.writer() as writer:
+                on_result = partial(self._on_result, writer)
+                self._claims.send(misses, self._backend, self.results, on_result)
+        finally:
+            self._claims.close()  # after the writer stored the answers: a waiter finds them
 
     # -- pipelined: an event loop in a thread of its own
 
@@ -167,10 +177,37 @@ class CallStage:
         queues: dict[tuple[str, str, str], asyncio.Queue[ModelRequest | None]] = {}
         backends: dict[tuple[str, str, str], LocalBackend] = {}
         tasks: list[asyncio.Task[None]] = []
-        assert isinstance(self._backend, LocalBackend)
+        local = self._backend
+        assert isinstance(local, LocalBackend)
         with ExitStack() as stack:
+            stack.callback(self._claims.close)  # last: after the writer stored the answers
             writer = stack.enter_context(self._cache.writer())
             urls: dict[tuple[str, str], str] = {}
+            # Misses another run claimed, by key: their answers are taken from the cache
+            # when the stage closes (nothing reads them before), a lapsed one sent here.
+            waiting: dict[str, ModelRequest] = {}
+
+            async def route(misses: list[ModelRequest]) -> None:
+                for served in served_models(misses):
+                    if served not in urls:
+                        start = self._start_server
+                        urls[served] = await asyncio.to_thread(start, stack, served)
+                for request in misses:
+                    request = bind(request, urls)
+                    where = _endpoint_id(request.endpoint)
+                    if where not in queues:
+                        backend = local
+                        limit = providers.concurrency_limit(request.endpoint.provider)
+                        if limit is not None:  # e.g. llama.cpp answers one at a time
+                            backend = backend.limited(limit)
+                        queues[where], backends[where] = asyncio.Queue(), backend
+                        tasks.append(
+                            asyncio.create_task(
+                                backend.run_queue(queues[where], partial(self._on_result, writer))
+                            )
+                        )
+                    queues[where].put_nowait(request)
+
             try:
                 closing = False
                 while not closing:
@@ -180,27 +217,17 @@ class CallStage:
                     closing = any(item is _CLOSE for item in batch)
                     fresh = self._new([r for item in batch if item is not _CLOSE for r in item])
                     misses = await asyncio.to_thread(self._look_up, fresh) if fresh else []
-                    for served in served_models(misses):
-                        if served not in urls:
-                            start = self._start_server
-                            urls[served] = await asyncio.to_thread(start, stack, served)
-                    for request in misses:
-                        request = bind(request, urls)
-                        where = _endpoint_id(request.endpoint)
-                        if where not in queues:
-                            backend = self._backend
-                            limit = providers.concurrency_limit(request.endpoint.provider)
-                            if limit is not None:  # e.g. llama.cpp answers one at a time
-                                backend = backend.limited(limit)
-                            queues[where], backends[where] = asyncio.Queue(), backend
-                            tasks.append(
-                                asyncio.create_task(
-                                    backend.run_queue(
-                                        queues[where], lambda r, o: self._on_result(writer, r, o)
-                                    )
-                                )
-                            )
-                        queues[where].put_nowait(request)
+                    if misses:
+                        split = self._claims.split
+                        misses, others = await asyncio.to_thread(split, misses, self.results)
+                        waiting.update((r.key, r) for r in others)
+                    await route(misses)
+                while waiting:
+                    send = await asyncio.to_thread(self._claims.poll, waiting, self.results)
+                    if send:
+                        await route(send)
+                    elif waiting:
+                        await asyncio.sleep(POLL_S)
             finally:
                 if self._pipelined_cancel:  # in flight is dropped; the writer keeps what came
                     for task in tasks:

@@ -1,20 +1,24 @@
-"""Claims on a shared Postgres cache (gradetrail_lib.cache.claims): runs that start
-together on an empty cache send each request once, lose no answer, and a claimant killed
-with -9 holds the others up no longer than the claims' time to live."""
+"""Claims on a shared cache (gradetrail_lib.cache.claims), for both stores that offer
+them: a Postgres database and a DuckDB file (its claims in a SQLite file beside it). Runs
+that start together on an empty cache send each request once and lose no answer; a run
+waiting for another's claim waits no longer than that request; a claimant killed with -9
+holds the others up no longer than the claims' time to live (on a DuckDB file's machine,
+not even that: its process is seen gone)."""
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from gradetrail_lib import run_spec
-from gradetrail_lib.cache.claims import DEFAULT_TTL_S
-from gradetrail_lib.cache.location import open_cache
-from gradetrail_lib.cache.postgres import PostgresClaims
+from gradetrail_lib.cache.claims import DEFAULT_TTL_S, Claims, FileClaims, claims_path
+from gradetrail_lib.cache.location import open_cache, parse_location
 from tests.cache.conftest import direct
 from tests.conftest import read_results, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, last_user_message
@@ -22,82 +26,206 @@ from tests.support.fake_llm_server import FakeLLMServer, last_user_message
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(autouse=True)
-def _close_pools() -> object:
-    yield
-    from gradetrail_lib.cache.postgres import close_pools
+def claims_held(location: str) -> int:
+    """How many claims the cache at `location` holds now."""
+    path = parse_location(location).path
+    if path is None:
+        return int(direct(location, "SELECT count(*) FROM claims")[0][0])
+    if not claims_path(path).exists():
+        return 0
+    with closing(sqlite3.connect(claims_path(path))) as connection:
+        return int(connection.execute("SELECT count(*) FROM claims").fetchone()[0])
 
-    close_pools()
+
+def claims_of(location: str, ttl_s: float) -> Claims:
+    """A new owner's claims on the cache at `location`."""
+    cache = open_cache(location)
+    path = parse_location(location).path
+    if path is not None:
+        return FileClaims(claims_path(path), ttl_s=ttl_s)
+    from gradetrail_lib.cache.postgres import PostgresCache, PostgresClaims
+
+    assert isinstance(cache, PostgresCache)
+    return PostgresClaims(cache, ttl_s=ttl_s)
 
 
-def start_run(spec: Path, root: Path, postgres_url: str, cwd: Path) -> "subprocess.Popen[str]":
+def start_run(spec: Path, root: Path, location: str, cwd: Path) -> "subprocess.Popen[str]":
     return subprocess.Popen(
         [sys.executable, "-m", "gradetrail_lib.cli", "run", str(spec), "--results", str(root),
          "--concurrency", "8"],
-        cwd=cwd, env={**os.environ, "GRADETRAIL_CACHE": postgres_url},
+        cwd=cwd, env={**os.environ, "GRADETRAIL_CACHE": location},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
 
+def wait_for_claims(location: str, n: int, run: "subprocess.Popen[str]") -> None:
+    deadline = time.monotonic() + 120
+    while claims_held(location) != n:
+        assert run.poll() is None and time.monotonic() < deadline, "no claims taken"
+        time.sleep(0.1)
+
+
 def test_four_runs_started_together_on_an_empty_cache_send_each_request_once(
-    tmp_path: Path, postgres_url: str
+    tmp_path: Path, cache_location: str
 ) -> None:
     n, runs = 100, 4
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
     with FakeLLMServer(latency_s=0.2) as server:
         spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
-        started = [start_run(spec, tmp_path / f"r{i}", postgres_url, tmp_path) for i in range(runs)]
+        started = [
+            start_run(spec, tmp_path / f"r{i}", cache_location, tmp_path) for i in range(runs)
+        ]
         for proc in started:
             out, err = proc.communicate(timeout=240)
             assert proc.returncode == 0, err
         sent = [last_user_message(r["body"]) for r in server.requests]
     assert len(set(sent)) == n
     ratio = len(sent) / n
-    print(f"{runs} runs at once on an empty Postgres cache: {len(sent)} calls for {n} "
-          f"distinct requests ({ratio:.3f}x)")  # fmt: skip
+    store = "Postgres" if parse_location(cache_location).path is None else "DuckDB file"
+    print(f"{runs} runs at once on an empty {store} cache: "
+          f"{len(sent)} calls for {n} distinct requests ({ratio:.3f}x)")  # fmt: skip
     assert ratio <= 1.05
-    assert direct(postgres_url, "SELECT count(*), count(DISTINCT key) FROM responses") == [(n, n)]
+    stored = direct(cache_location, "SELECT count(*), count(DISTINCT key) FROM responses")
+    assert stored == [(len(sent), n)]  # a row per call (the DuckDB log keeps each)
     for i in range(runs):  # no answer lost: every run's every sample has its response
         records = read_results(tmp_path / f"r{i}")
         assert len(records) == n and all(r["response"] for r in records)
-    assert direct(postgres_url, "SELECT count(*) FROM claims") == [(0,)]  # all released
+    assert claims_held(cache_location) == 0  # all released
 
 
-def test_a_claimant_killed_with_minus_9_is_taken_over_after_the_time_to_live(
-    tmp_path: Path, postgres_url: str
+def test_a_run_waiting_for_anothers_claims_waits_no_longer_than_its_requests(
+    tmp_path: Path, cache_location: str
+) -> None:
+    n, latency_s = 6, 4.0
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    open_cache(cache_location)
+    with FakeLLMServer(latency_s=latency_s) as server:
+        spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
+        first = start_run(spec, tmp_path / "first", cache_location, tmp_path)
+        wait_for_claims(cache_location, n, first)
+        claimed_at = time.monotonic()
+        run_spec(spec, results_root=tmp_path / "second", cache=cache_location)
+        waited = time.monotonic() - claimed_at
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        assert server.calls == n  # the second run sent nothing: it took the first's answers
+    assert waited <= latency_s + 3, waited
+    records = read_results(tmp_path / "second")
+    assert len(records) == n and all(r["response"] for r in records)
+
+
+def test_a_claimant_killed_with_minus_9_is_taken_over_within_the_bound(
+    tmp_path: Path, cache_location: str
 ) -> None:
     n = 6
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
-    open_cache(postgres_url)  # its tables, claims among them, before the run's
+    open_cache(cache_location)  # its tables, claims among them, before the run's
     with FakeLLMServer(latency_s=120.0) as server:
         spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
-        victim = start_run(spec, tmp_path / "victim", postgres_url, tmp_path)
-        deadline = time.monotonic() + 120
-        while direct(postgres_url, "SELECT count(*) FROM claims") != [(n,)]:
-            assert victim.poll() is None and time.monotonic() < deadline, "no claims taken"
-            time.sleep(0.2)
+        victim = start_run(spec, tmp_path / "victim", cache_location, tmp_path)
+        wait_for_claims(cache_location, n, victim)
         os.kill(victim.pid, signal.SIGKILL)  # its claims stay, no longer renewed
         victim.wait()
         killed_at = time.monotonic()
         server.latency_s = 0.05
-        run_spec(spec, results_root=tmp_path / "taker", cache=postgres_url)
+        run_spec(spec, results_root=tmp_path / "taker", cache=cache_location)
         waited = time.monotonic() - killed_at
     records = read_results(tmp_path / "taker")
     assert len(records) == n and all(r["response"] for r in records)
-    # Held up until the dead claims lapsed (they were renewed up to a third of the time
-    # to live before the kill), and not much longer.
-    assert DEFAULT_TTL_S * 2 / 3 - 1 <= waited <= DEFAULT_TTL_S + 10, waited
-    assert direct(postgres_url, "SELECT count(*) FROM claims") == [(0,)]
+    if parse_location(cache_location).path is None:
+        # Held up until the dead claims lapsed (they were renewed up to a third of the
+        # time to live before the kill), and not much longer.
+        assert DEFAULT_TTL_S * 2 / 3 - 1 <= waited <= DEFAULT_TTL_S + 10, waited
+    else:  # one machine: the dead process is seen gone at once
+        assert waited <= 10, waited
+    assert claims_held(cache_location) == 0
 
 
-def test_of_claimants_of_one_key_exactly_one_holds_it_until_it_lapses(postgres_url: str) -> None:
-    cache = open_cache(postgres_url)
-    first, second = PostgresClaims(cache, ttl_s=1.0), PostgresClaims(cache, ttl_s=1.0)
+def test_of_claimants_of_one_key_exactly_one_holds_it_until_it_lapses(
+    cache_location: str,
+) -> None:
+    first, second = claims_of(cache_location, 1.0), claims_of(cache_location, 1.0)
     keys = [f"{i:064x}" for i in range(5)]
     assert first.claim(keys) == set(keys)
     assert second.claim(keys) == set()
     assert first.claim(keys[:2]) == set(keys[:2])  # its own: held again, renewed
     time.sleep(1.5)  # lapsed, not renewed
     assert second.claim(keys) == set(keys)
+    assert first.claim(keys) == set()
     second.release()
-    assert direct(postgres_url, "SELECT count(*) FROM claims") == [(0,)]
+    assert claims_held(cache_location) == 0
+
+
+def test_a_file_claim_whose_process_is_gone_is_taken_over_before_it_lapses(
+    tmp_path: Path,
+) -> None:
+    path = claims_path(tmp_path / "c.duckdb")
+    keys = [f"{i:064x}" for i in range(3)]
+    claimant = (
+        "import sys; from pathlib import Path; from gradetrail_lib.cache.claims import FileClaims;"
+        f" held = FileClaims(Path({str(path)!r}), ttl_s=600).claim({keys!r});"
+        " sys.exit(0 if len(held) == 3 else 1)"
+    )  # exits holding its claims, never released
+    subprocess.run([sys.executable, "-c", claimant], check=True, timeout=60)
+    alive = FileClaims(path, ttl_s=600)
+    assert alive.claim(keys[:1]) == set(keys[:1])
+    assert FileClaims(path, ttl_s=600).claim(keys) == set(keys[1:])  # the live one's stays
+
+
+def run_together(
+    spec: Path, tmp_path: Path, location: str, runs: int, env: dict[str, str] | None = None
+) -> None:
+    started = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gradetrail_lib.cli",
+                "run",
+                str(spec),
+                "--results",
+                str(tmp_path / f"r{i}"),
+            ],
+            cwd=tmp_path,
+            env={**os.environ, "GRADETRAIL_CACHE": location, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(runs)
+    ]
+    for proc in started:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+
+
+def test_two_runs_with_a_judge_at_once_pay_each_judge_request_once(
+    tmp_path: Path, cache_location: str
+) -> None:
+    from tests.scorers.test_judge import calls_by_model, grading_responder, write_judged_spec
+
+    n = 40
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    with FakeLLMServer(responder=grading_responder, latency_s=0.1) as server:
+        spec = write_judged_spec(tmp_path, f"{server.base_url}/v1")
+        run_together(spec, tmp_path, cache_location, 2)
+        calls = calls_by_model(server)
+    print(f"two judged runs at once: {calls} for {n} samples")
+    assert calls == {"fake-1": n, "judge-1": n}
+    for i in range(2):
+        records = read_results(tmp_path / f"r{i}")
+        assert len(records) == n and all(r["scores"]["correct"] is not None for r in records)  # type: ignore[index]
+    assert claims_held(cache_location) == 0
+
+
+def test_two_agent_runs_at_once_pay_each_step_once(tmp_path: Path, cache_location: str) -> None:
+    from tests.agents.test_agent import agent, project
+
+    with FakeLLMServer(responder=agent, latency_s=0.2) as server:
+        spec = project(tmp_path, f"{server.base_url}/v1")
+        run_together(spec, tmp_path, cache_location, 2, env={"GT_KEY": "sk-fake-not-a-secret"})
+        sent = server.calls
+    assert sent == 2 + 2 + 2 + 2 + 2 + 3  # each case's steps, as one run alone sends them
+    for i in range(2):
+        assert len(read_results(tmp_path / f"r{i}")) == 6
+    assert claims_held(cache_location) == 0
