@@ -218,7 +218,9 @@ class RunPlan:
     def _choice_item(self, sample: Sample, label: str, choices: ChoiceRenderer) -> PlannedSample:
         asked = choices.render(sample, label)
         continuations = [choices.continuation_prefix + text for text in asked.options]
-        requests = [self.builder.loglikelihood(asked.context, c) for c in continuations]
+        requests = [
+            self.builder.loglikelihood(asked.context, c, turns=asked.turns) for c in continuations
+        ]
         unconditional = self.loaded.spec.unconditional_context
         if unconditional is not None:
             requests += [

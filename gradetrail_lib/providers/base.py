@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from gradetrail_lib.providers.media import MediaSource
 
@@ -23,13 +23,15 @@ FATAL_STATUSES = frozenset({400, 401, 403, 404, 405, 413, 422})
 class ChatTemplate:
     """A model's own chat template, as a log-likelihood context is wrapped in it: the
     context is one user turn, followed by the assistant's turn opening, after which the
-    continuation is scored (lm-evaluation-harness's `--apply_chat_template`)."""
+    continuation is scored (lm-evaluation-harness's `--apply_chat_template`). `render(context,
+    turns)`: `turns` are few-shot examples as (user, assistant) turns before it, as lm-eval's
+    `--fewshot_as_multiturn`."""
 
     # Where the template was read (e.g. the GGUF metadata key `tokenizer.chat_template`).
     source: str
     # The sha256 of the template's text: in the request key and the manifest.
     sha256: str
-    render: "Callable[[str], str]"
+    render: "Callable[[str, Sequence[tuple[str, str]]], str]"
 
 
 # Not frozen, for speed: a cached run makes one per sample.

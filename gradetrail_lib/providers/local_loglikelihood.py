@@ -278,8 +278,15 @@ def chat_template(model: ModelConfig) -> ChatTemplate:
         template=template, eos_token=eos_text, bos_token=bos_text, add_generation_prompt=True
     )
 
-    def render(context: str) -> str:
-        return formatter(messages=[{"role": "user", "content": context}]).prompt
+    def render(context: str, turns: Sequence[tuple[str, str]] = ()) -> str:
+        messages: list[Any] = []
+        for asked, answered in turns:
+            messages += [
+                {"role": "user", "content": asked},
+                {"role": "assistant", "content": answered},
+            ]
+        messages.append({"role": "user", "content": context})
+        return formatter(messages=messages).prompt
 
     return ChatTemplate(
         source=f"gguf:{TEMPLATE_KEY}",

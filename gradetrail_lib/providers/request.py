@@ -249,15 +249,22 @@ class RequestBuilder:
         return keyer
 
     def loglikelihood(
-        self, context: str, continuation: str, *, templated: bool = True
+        self,
+        context: str,
+        continuation: str,
+        *,
+        templated: bool = True,
+        turns: tuple[tuple[str, str], ...] = (),
     ) -> ModelRequest:
         """The request for the log-likelihood of `continuation` after `context`, the
         context rendered by the chat template when the builder has one (and `templated`:
-        an unconditional context is scored as it is, as lm-eval does)."""
+        an unconditional context is scored as it is, as lm-eval does), after the few-shot
+        `turns` (user, assistant) when there are some."""
         model = self.model
         template = self.chat_template if templated else None
+        assert template is not None or not turns, "turns are a chat template's (checked at load)"
         if template is not None:
-            context = template.render(context)
+            context = template.render(context, turns)
         key = loglikelihood_key(
             model.provider, model.name, self.key_base_url, context, continuation,
             settings=self.settings, chat_template=template.sha256 if template else None,

@@ -81,11 +81,14 @@ def read_letter(text: str, options: int) -> int | None:
 
 @dataclass(frozen=True)
 class ChoiceSet:
-    """A sample's rendered multiple choice: the context and each option's text."""
+    """A sample's rendered multiple choice: the context and each option's text. With
+    few-shot examples as turns of a chat (`fewshot.multiturn`), `turns` holds each
+    example's context and gold option, and `context` is the sample's own."""
 
     context: str
     options: list[str]
     gold: int
+    turns: tuple[tuple[str, str], ...] = ()
 
 
 class _Expression:
@@ -178,6 +181,9 @@ class ChoiceRenderer:
         if self.fewshot is None:
             return bare
         examples = [self.bare(e, self.fewshot.where) for e in self.fewshot.pick(sample)]
+        if self.fewshot.multiturn:
+            turns = tuple((s.context, s.options[s.gold]) for s in examples)
+            return ChoiceSet(bare.context, bare.options, bare.gold, turns)
         if self.by_letter:
             shots = [f"{lettered(s.context, s.options)}\n{LETTERS[s.gold]}" for s in examples]
         else:
@@ -208,13 +214,23 @@ class FewShot:
     docstring)."""
 
     def __init__(
-        self, samples: list[Sample], where: str, *, k: int, seed: int, separator: str
+        self,
+        samples: list[Sample],
+        where: str,
+        *,
+        k: int,
+        seed: int,
+        separator: str,
+        multiturn: bool = False,
     ) -> None:
+        """`multiturn`: each example is a user turn and an assistant turn of a chat (a
+        multiple-choice spec with `chat_template`), not text before the prompt."""
         self.samples = samples
         self.where = where
         self.k = k
         self.seed = seed
         self.separator = separator
+        self.multiturn = multiturn
 
     def pick(self, sample: Sample) -> list[Sample]:
         """k examples for `sample`, never itself (by id); the same ones every time."""

@@ -20,7 +20,14 @@ def fewshot_examples(loaded: LoadedSpec, dataset: Dataset) -> FewShot | None:
     else:
         samples = load_dataset_ref(config.source, loaded.base_dir).samples
         where = config.source.label
-    return FewShot(samples, where, k=config.k, seed=config.seed, separator=config.separator)
+    return FewShot(
+        samples,
+        where,
+        k=config.k,
+        seed=config.seed,
+        separator=config.separator,
+        multiturn=bool(config.multiturn),
+    )
 
 
 def choice_renderer(spec: Spec, fewshot: FewShot | None) -> ChoiceRenderer | None:

@@ -88,6 +88,14 @@ class FewShotConfig(Strict):
     separator: str = "\n\n"
     # A spec without choices: the template of an example's answer, after its prompt.
     answer: str | None = None
+    # With `chat_template`: each example a user turn (its prompt) and an assistant turn
+    # (its gold option), as lm-eval's `--fewshot_as_multiturn`; `false` hashes as absent.
+    multiturn: bool | None = None
+
+    @field_validator("multiturn")
+    @classmethod
+    def _multiturn_or_none(cls, on: bool | None) -> bool | None:
+        return True if on else None
 
     @field_validator("answer")
     @classmethod
@@ -138,12 +146,12 @@ class Spec(Strict):
     choice_prefix: str | None = None
     # The context of each option's unconditional log-likelihood (`acc_mutual_info`).
     unconditional_context: str | None = None
-    fewshot: FewShotConfig | None = None
     # Log-likelihood contexts rendered by each model's own chat template (a local model's
     # GGUF template): one user turn, then the assistant's turn opening, as lm-eval's
     # `--apply_chat_template`. `false` is the default and hashes as absent, so a spec
-    # writing it keeps its identity.
+    # writing it keeps its identity. Before `fewshot`, whose validator reads it.
     chat_template: bool | None = None
+    fewshot: FewShotConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -198,6 +206,17 @@ class Spec(Strict):
             if providers.get(model.provider).chat_template is None:
                 raise ValueError(chat_template_refusal(model.provider))
         return True
+
+    @field_validator("fewshot")
+    @classmethod
+    def _multiturn_needs_a_chat(
+        cls, fewshot: FewShotConfig | None, info: ValidationInfo
+    ) -> FewShotConfig | None:
+        if fewshot is not None and fewshot.multiturn and not info.data.get("chat_template"):
+            raise ValueError(
+                "multiturn: the examples are turns of a chat, so it needs chat_template: true"
+            )
+        return fewshot
 
     @property
     def by_loglikelihood(self) -> bool:

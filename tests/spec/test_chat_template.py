@@ -154,3 +154,55 @@ def test_keys_records_and_manifest(tmp_path: Path) -> None:
     (again,) = run_spec(tmp_path / "on.yaml", **common)
     assert again.manifest.target.calls == 0  # every request answered by the cache
     assert again.manifest.identity == manifest["identity"]
+
+
+def test_multiturn_needs_the_chat_template(tmp_path: Path) -> None:
+    text = SPEC + "fewshot: {k: 1, multiturn: true}\n"
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as info:
+        load_spec(path)
+    assert (info.value.path, info.value.field) == (str(path), "fewshot")
+    assert info.value.line == line_of(text, "fewshot:")
+    assert "needs chat_template: true" in info.value.message
+    # `false` hashes as absent.
+    off = load_spec(write(tmp_path, SPEC + "fewshot: {k: 1, multiturn: false}\n", "off.yaml"))
+    plain = load_spec(write(tmp_path, SPEC + "fewshot: {k: 1}\n", "plain.yaml"))
+    assert run_identity(off, "d") == run_identity(plain, "d")
+
+
+SYSTEM = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n"
+)
+
+
+@needs_local_model
+def test_fewshot_examples_as_turns_or_in_the_one_turn(tmp_path: Path) -> None:
+    """lm-eval's two forms, written out by hand for SmolLM2's template: without
+    `multiturn` the example and the prompt are the user's one turn (the example with its
+    `" " + gold`); with it, the example is a user turn and its gold option (no delimiter)
+    an assistant turn. The two are keyed apart."""
+    shots = "chat_template: true\nfewshot: {k: 1, seed: 3}\n"
+    one = load_spec(write(tmp_path, SPEC + shots))
+    turns = load_spec(write(tmp_path, SPEC + shots.replace("3}", "3, multiturn: true}"), "t.yaml"))
+    keys = []
+    for loaded, multiturn in ((one, False), (turns, True)):
+        planned = plan(loaded, loaded.spec.models[0])
+        for item in planned.batch(list(planned.dataset)).items:
+            own = f"Q: {item.sample.fields['q']}\nA:"
+            other = next(r for r in ROWS if r["id"] != item.sample.id)  # k=1 of two rows
+            example, gold = f"Q: {other['q']}\nA:", other["opts"][other["key"]]
+            if multiturn:
+                chat = (
+                    f"<|im_start|>user\n{example}<|im_end|>\n"
+                    f"<|im_start|>assistant\n{gold}<|im_end|>\n"
+                    f"<|im_start|>user\n{own}<|im_end|>\n"
+                )
+            else:
+                chat = f"<|im_start|>user\n{example} {gold}\n\n{own}<|im_end|>\n"
+            expected = SYSTEM + chat + "<|im_start|>assistant\n"
+            options = item.sample.fields["opts"]
+            assert [r.context for r in item.requests] == [expected] * len(options)
+            assert [r.continuation for r in item.requests] == options
+            keys += [r.key for r in item.requests]
+    assert len(set(keys)) == len(keys) == 10
