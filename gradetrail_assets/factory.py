@@ -10,7 +10,7 @@ never responses. The engine does the work; these functions only orchestrate and 
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 
@@ -210,14 +210,35 @@ def with_materialized_dataset(
     asset last wrote for this partition (its metadata's `path`)."""
     if loaded.spec.dataset.asset is None:
         return loaded
-    materialization = latest_materialization(instance, dataset, partition)
-    path = materialization.metadata.get("path") if materialization is not None else None
-    if not isinstance(path, dg.PathMetadataValue):
-        raise dg.Failure(
-            description=f"{dataset.to_user_string()} has no materialization of partition "
-            f"{partition!r}: materialize it first (it reads asset {loaded.spec.dataset.asset})"
-        )
+    path = _materialized(
+        instance, dataset, partition, "path", dg.PathMetadataValue,
+        reads=f"asset {loaded.spec.dataset.asset}",
+    )  # fmt: skip
     return loaded.model_copy(update={"dataset_file": Path(path.path)})
+
+
+_V = TypeVar("_V", bound=dg.MetadataValue)
+
+
+def _materialized(
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    partition: str,
+    entry: str,
+    kind: type[_V],
+    *,
+    reads: str,
+) -> _V:
+    """The metadata entry `entry` of the latest materialization of `key`'s partition; a
+    step fails, saying what to materialize, when there is none."""
+    materialization = latest_materialization(instance, key, partition)
+    value = materialization.metadata.get(entry) if materialization is not None else None
+    if not isinstance(value, kind):
+        raise dg.Failure(
+            description=f"{key.to_user_string()} has no materialization of partition "
+            f"{partition!r}: materialize it first (it reads {reads})"
+        )
+    return value
 
 
 def model_upstreams(loaded: LoadedSpec) -> dict[str, dg.AssetKey]:
@@ -251,14 +272,10 @@ def with_resolved_model(
     the model the spec's `model` asset last resolved for it (its metadata's `model`)."""
     if partition not in model_upstreams(loaded):
         return partition
-    materialization = latest_materialization(instance, model, partition)
-    value = materialization.metadata.get("model") if materialization is not None else None
-    if not isinstance(value, dg.JsonMetadataValue):
-        raise dg.Failure(
-            description=f"{model.to_user_string()} has no materialization of partition "
-            f"{partition!r}: materialize it first (it reads the model from asset "
-            f"{loaded.spec.model_named(partition).asset})"
-        )
+    value = _materialized(
+        instance, model, partition, "model", dg.JsonMetadataValue,
+        reads=f"the model from asset {loaded.spec.model_named(partition).asset}",
+    )  # fmt: skip
     return ModelConfig.model_validate(value.data)
 
 
