@@ -19,9 +19,12 @@ import pytest
 from gradetrail_lib import run_spec
 from gradetrail_lib.cache.claims import DEFAULT_TTL_S, Claims, FileClaims, claims_path
 from gradetrail_lib.cache.location import open_cache, parse_location
+from gradetrail_lib.engine.plan import plan
+from gradetrail_lib.spec.spec import load_spec
 from tests.cache.conftest import direct
 from tests.conftest import read_results, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, last_user_message
+from tests.support.plans import whole
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -138,6 +141,33 @@ def test_a_claimant_killed_with_minus_9_is_taken_over_within_the_bound(
         assert DEFAULT_TTL_S * 2 / 3 - 1 <= waited <= DEFAULT_TTL_S + 10, waited
     else:  # one machine: the dead process is seen gone at once
         assert waited <= 10, waited
+    assert claims_held(cache_location) == 0
+
+
+def test_a_request_released_without_an_answer_is_sent_by_the_run_waiting_for_it(
+    tmp_path: Path, cache_location: str
+) -> None:
+    n = 4
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    with FakeLLMServer() as server:
+        spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
+        loaded = load_spec(spec)
+        keys = whole(plan(loaded, loaded.spec.models[0])).request_keys()
+        # Held as by a run whose calls are failing: it stores no answer.
+        holder = claims_of(cache_location, DEFAULT_TTL_S)
+        assert holder.claim(keys) == set(keys)
+        waiter = start_run(spec, tmp_path / "waiter", cache_location, tmp_path)
+        time.sleep(3)
+        assert waiter.poll() is None and server.calls == 0  # waiting for the holder's answers
+        released_at = time.monotonic()
+        holder.release()
+        _, err = waiter.communicate(timeout=60)
+        waited = time.monotonic() - released_at
+        assert waiter.returncode == 0, err
+        assert server.calls == n  # the waiter claimed them and sent them
+    assert waited <= 5, waited
+    records = read_results(tmp_path / "waiter")
+    assert len(records) == n and all(r["response"] for r in records)
     assert claims_held(cache_location) == 0
 
 
