@@ -81,12 +81,17 @@ class StepClaims:
         result: "Responses",
         listener: "ResponseListener | None",
         on_result: OnResult,
+        report: Callable[[], None] | None = None,
     ) -> None:
         """Until every request of `waiting` has an answer (another run's, or this step's
-        call for one whose claim it took over)."""
+        call for one whose claim it took over); `report` is called when answers were
+        taken (the step's progress)."""
         pending = {r.key: r for r in waiting}
         while pending:
+            before = len(result.responses)
             send = self.poll(pending, result, listener)
+            if report is not None and len(result.responses) != before:
+                report()
             if send:
                 with live_requests(send) as live:
                     backend.run(live, on_result)

@@ -160,7 +160,7 @@ def fetch_responses(
 
             backend.run(live, on_result)
             if waiting:
-                claims.wait(waiting, backend, result, listener, on_result)
+                claims.wait(waiting, backend, result, listener, on_result, report)
     finally:
         claims.close()  # after the writer stored the answers: a waiter finds them
     result.wall_s = time.perf_counter() - started
