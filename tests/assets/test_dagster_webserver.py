@@ -17,6 +17,10 @@ from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import REPO, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer
 
+# Two webservers, each about 20 s to load its code location; the same graph is built in
+# process by tests/assets/test_dagster_graph.py, which `-m "not slow"` keeps.
+pytestmark = pytest.mark.slow
+
 LOCATION_QUERY = """
 { workspaceOrError { __typename ... on Workspace { locationEntries {
     name loadStatus

@@ -30,6 +30,11 @@ SPEC = "csv_stats"  # shipped in specs/: the scripted provider plays each case, 
 MODEL = "oracle"
 STEPS = ("dataset", "responses", "scores", "stats", "report", "leaderboard")
 
+# Every step is a `dg` subprocess that loads Dagster (5 to 15 s each), so all but one are
+# `slow`: `-m "not slow"` keeps the project, one bad attribute reported with its file
+# and line, and (tests/assets/test_dagster_upstream.py) the Component built in process.
+SLOW = pytest.mark.slow
+
 
 def run(argv: list[str], *, cwd: Path, env: dict[str, str], ok: bool = True) -> str:
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
@@ -89,6 +94,7 @@ def defs_yaml(project: Path) -> Path:
     return project / "src" / "evals_project" / "defs" / "evals" / "defs.yaml"
 
 
+@SLOW
 def test_the_component_is_listed_scaffolded_checked_and_its_defs_listed(
     project: tuple[Path, dict[str, str]],
 ) -> None:
@@ -114,6 +120,7 @@ def test_the_component_is_listed_scaffolded_checked_and_its_defs_listed(
     assert all(a["source"].endswith("defs/evals/defs.yaml:1") for a in listed["assets"])
 
 
+@SLOW
 def test_dg_launch_materializes_one_partition_offline(
     project: tuple[Path, dict[str, str]],
 ) -> None:
@@ -152,10 +159,10 @@ def test_dg_launch_materializes_one_partition_offline(
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        ("  executor: threads", "attributes.executor"),
-        ("  nightly_schedule: sometimes", "attributes.nightly_schedule"),
+        pytest.param("  executor: threads", "attributes.executor", marks=SLOW),
+        pytest.param("  nightly_schedule: sometimes", "attributes.nightly_schedule", marks=SLOW),
         ("  cache: postgresql://evals:hunter2@db/gradetrail", "attributes.cache"),
-        ("  release_sensr: false", "attributes.release_sensr"),
+        pytest.param("  release_sensr: false", "attributes.release_sensr", marks=SLOW),
     ],
 )
 def test_a_bad_attribute_is_reported_with_its_file_and_line(
@@ -179,6 +186,7 @@ def test_a_bad_attribute_is_reported_with_its_file_and_line(
         assert "holds a password" in out and "PGPASSWORD" in out
 
 
+@SLOW
 def test_the_repository_is_a_dg_project_showing_the_workspace_graph(tmp_path: Path) -> None:
     """`dg` in the repository loads its defs folder's Component; `workspace.yaml` (what
     `dagster dev -w workspace.yaml` loads) names the module that loads the same: both list

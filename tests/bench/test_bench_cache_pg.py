@@ -15,9 +15,12 @@ from tests.support.postgres import REQUIRED, postgres_problem
 REPO = Path(__file__).resolve().parents[2]
 
 # Under GRADETRAIL_REQUIRE_POSTGRES=1 (CI) it runs, and fails, without Postgres.
-pytestmark = pytest.mark.skipif(
-    not REQUIRED and postgres_problem() is not None, reason=str(postgres_problem())
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not REQUIRED and postgres_problem() is not None, reason=str(postgres_problem())
+    ),
+    pytest.mark.slow,  # Postgres and DuckDB, cold, warm and two writers: processes each
+]
 
 
 def test_the_postgres_cache_bench_prints_its_figures() -> None:

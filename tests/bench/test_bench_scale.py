@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+# Its processes' start-ups are most of its time, whatever n (n=30 took 0.9 of n=300's).
+pytestmark = pytest.mark.slow
 
 
 def test_the_scale_bench_prints_its_figures() -> None:
