@@ -138,15 +138,15 @@ def fetch_responses(
     # Runs sharing the cache claim what they are about to send: this step sends what it
     # claimed and waits for the rest, which other runs are sending (`claiming`).
     claims = StepClaims(cache)
-    missing, waiting = claims.split(missing, result, listener)
 
     def report() -> None:
         if progress:
             progress(len(result.responses) + len(result.errors), total)
 
-    # (No writer, and its thread, for a batch the cache answered whole.)
-    writer_scope = cache.writer() if missing or waiting else nullcontext(None)
     try:
+        missing, waiting = claims.split(missing, result, listener)
+        # (No writer, and its thread, for a batch the cache answered whole.)
+        writer_scope = cache.writer() if missing or waiting else nullcontext(None)
         with writer_scope as writer, live_requests(missing) as live:
 
             def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
