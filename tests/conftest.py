@@ -146,6 +146,21 @@ def run_cli_process(
     )
 
 
+def start_cli_process(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> "subprocess.Popen[str]":
+    """`gradetrail ARGS` started in a process of its own, its output piped (for tests
+    that run several at once, or kill one)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "gradetrail_lib.cli", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def read_results(results_root: Path) -> list[dict[str, object]]:
     (run_dir,) = [p for p in results_root.iterdir() if not p.name.startswith(".")]
     with open(run_dir / "results.jsonl") as lines:

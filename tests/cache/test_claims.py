@@ -23,7 +23,7 @@ from gradetrail_lib.cache.location import open_cache, parse_location
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.spec.spec import load_spec
 from tests.cache.conftest import direct
-from tests.conftest import read_results, write_addition_dataset, write_spec
+from tests.conftest import read_results, start_cli_process, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, last_user_message
 from tests.support.plans import whole
 
@@ -54,11 +54,9 @@ def claims_of(location: str, ttl_s: float) -> Claims:
 
 
 def start_run(spec: Path, root: Path, location: str, cwd: Path) -> "subprocess.Popen[str]":
-    return subprocess.Popen(
-        [sys.executable, "-m", "gradetrail_lib.cli", "run", str(spec), "--results", str(root),
-         "--concurrency", "8"],
-        cwd=cwd, env={**os.environ, "GRADETRAIL_CACHE": location},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return start_cli_process(
+        "run", str(spec), "--results", str(root), "--concurrency", "8",
+        cwd=cwd, env={"GRADETRAIL_CACHE": location},
     )  # fmt: skip
 
 
@@ -215,21 +213,13 @@ def run_together(
     spec: Path, tmp_path: Path, location: str, runs: int, env: dict[str, str] | None = None
 ) -> None:
     started = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gradetrail_lib.cli",
-                "run",
-                str(spec),
-                "--results",
-                str(tmp_path / f"r{i}"),
-            ],
+        start_cli_process(
+            "run",
+            str(spec),
+            "--results",
+            str(tmp_path / f"r{i}"),
             cwd=tmp_path,
-            env={**os.environ, "GRADETRAIL_CACHE": location, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            env={"GRADETRAIL_CACHE": location, **(env or {})},
         )  # fmt: skip
         for i in range(runs)
     ]

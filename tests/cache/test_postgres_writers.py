@@ -5,7 +5,6 @@ distinct requests). And the Postgres-only machinery under it: bursts that overla
 any order do not deadlock, claims on batch keys take turns, N processes create the
 tables at once."""
 
-import os
 import random
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from gradetrail_lib.cache.batches import NewBatch
 from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse
 from tests.cache.conftest import direct
-from tests.conftest import read_results, write_addition_dataset, write_spec
+from tests.conftest import read_results, start_cli_process, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, last_user_message
 
 pytestmark = pytest.mark.timeout(300)
@@ -50,25 +49,16 @@ def test_processes_and_threads_running_one_spec_store_every_answer_once(
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
     with FakeLLMServer(latency_s=0.02) as server:
         spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
-        env = {**os.environ, "GRADETRAIL_CACHE": postgres_url}
         started = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gradetrail_lib.cli",
-                    "run",
-                    str(spec),
-                    "--results",
-                    f"p{i}",
-                    "--concurrency",
-                    "8",
-                ],
+            start_cli_process(
+                "run",
+                str(spec),
+                "--results",
+                f"p{i}",
+                "--concurrency",
+                "8",
                 cwd=tmp_path,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+                env={"GRADETRAIL_CACHE": postgres_url},
             )  # fmt: skip
             for i in range(processes)
         ]

@@ -19,6 +19,7 @@ from tests.conftest import (
     read_results,
     run_cli,
     run_cli_process,
+    start_cli_process,
     write_addition_dataset,
     write_spec,
 )
@@ -304,22 +305,8 @@ def test_two_processes_share_one_cache_file(tmp_path: Path) -> None:
                 prompt=f"[{name}] Q: {{{{ a }}}} + {{{{ b }}}}",
             )
             procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "gradetrail_lib.cli",
-                        "run",
-                        str(spec),
-                        "--cache",
-                        str(cache_path),
-                        "--concurrency",
-                        "8",
-                    ],
-                    cwd=root,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
+                start_cli_process(
+                    "run", str(spec), "--cache", str(cache_path), "--concurrency", "8", cwd=root
                 )
             )
         outputs = [p.communicate(timeout=120) for p in procs]

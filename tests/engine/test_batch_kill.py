@@ -3,10 +3,8 @@ before the run recorded its id, while polling, while downloading the results), t
 again; and two processes on one cache at once. Each time: no custom_id is ever
 submitted twice, and every answer ends in the cache."""
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.responses import ResponseCache
-from tests.conftest import read_results
+from tests.conftest import read_results, start_cli_process
 from tests.support.batch_runs import N, project, serve_batches
 from tests.support.fake_llm_server import FakeLLMServer
 
@@ -34,13 +32,9 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
 
 
 def start(tmp_path: Path, spec: Path, results: str = "results") -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable, "-m", "gradetrail_lib.cli", "run", str(spec),
-            "--cache", str(tmp_path / "c.duckdb"), "--results", str(tmp_path / results),
-        ],
-        cwd=tmp_path, env={**os.environ, **ENV}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return start_cli_process(
+        "run", str(spec), "--cache", str(tmp_path / "c.duckdb"),
+        "--results", str(tmp_path / results), cwd=tmp_path, env=ENV,
     )  # fmt: skip
 
 
