@@ -95,10 +95,13 @@ def test_killed_after_the_provider_took_the_batch_before_its_id_was_recorded(
 
 def test_killed_while_polling(tmp_path: Path, server: FakeLLMServer) -> None:
     spec = project(tmp_path, server.base_url)
-    server.batches.delay_s = 2.0
+    # Long enough that the run is still polling when it is killed, however loaded the
+    # machine; the re-run then finds the batch ended.
+    server.batches.delay_s = 60.0
     process = start(tmp_path, spec)
     wait_for(lambda: any(s == "running" for _, s in recorded(tmp_path)), "a recorded batch")
     kill(process)
+    server.batches.end_running()
     finish(start(tmp_path, spec))
     assert_paid_once_and_cached(tmp_path, server)
 
