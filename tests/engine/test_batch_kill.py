@@ -102,6 +102,7 @@ def test_killed_while_polling(tmp_path: Path, server: FakeLLMServer) -> None:
     wait_for(lambda: any(s == "running" for _, s in recorded(tmp_path)), "a recorded batch")
     kill(process)
     server.batches.end_running()
+    server.batches.delay_s = 0.1  # the judges' batch to come
     finish(start(tmp_path, spec))
     assert_paid_once_and_cached(tmp_path, server)
 
