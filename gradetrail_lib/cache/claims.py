@@ -5,8 +5,10 @@ got and waits for the others' answers, which their claimants store. A claim name
 owner (one per sending step: `engine.claiming`) and expires unless renewed: the owner
 renews its claims while it sends (every third of the time to live), so the claims of a
 process killed with -9 lapse within that bound and a waiting run takes them over and sends. An owner
-releases its claims once its answers are stored; a request that failed (no answer is
-stored) is then claimed and sent by a waiting run.
+releases a claim whose call failed (a `ProviderError`: no answer will be stored) as soon
+as the failure is known, so a waiting run claims and sends that request at its next look
+(`POLL_S`); its answered claims it releases once their answers are stored, when its step
+ends, so a waiting run finds them in the cache.
 
 `Claims` is what a cache offers (`Cache.claims()`): a Postgres cache keeps them in its
 `claims` table (`INSERT ... ON CONFLICT`, one statement for a burst of keys); a DuckDB
@@ -43,8 +45,9 @@ class Claims(Protocol):
         """Extends every claim of this owner by the time to live."""
         ...
 
-    def release(self) -> None:
-        """Drops every claim of this owner (its answers are stored)."""
+    def release(self, keys: Sequence[str] | None = None) -> None:
+        """Drops this owner's claims on `keys` (their calls failed), or every claim of this
+        owner (None: its step is over, its answers stored). Another owner's stay."""
         ...
 
     @property
@@ -55,19 +58,46 @@ class Claims(Protocol):
 
 class Renewal:
     """Renews an owner's claims from a thread of its own, every third of their time to
-    live, until stopped (a context manager)."""
+    live, and releases at once the claims handed to it (`release`), until stopped (a
+    context manager). The releases are this thread's so that a failed call's sender (an
+    event loop with other calls in flight) never waits on the claims' database."""
 
     def __init__(self, claims: Claims) -> None:
         self._claims = claims
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop and by release
+        self._lock = threading.Lock()
+        self._to_release: list[str] = []
         self._thread = threading.Thread(target=self._loop, name="gradetrail-claims", daemon=True)
 
+    def release(self, key: str) -> None:
+        """Hands the claim on `key` to this thread to release now (its call failed)."""
+        with self._lock:
+            self._to_release.append(key)
+        self._wake.set()
+
     def _loop(self) -> None:
-        while not self._stop.wait(self._claims.ttl_s / 3):
-            try:
-                self._claims.renew()
-            except Exception:  # a blip: the next renewal tries again before expiry
-                continue
+        period = self._claims.ttl_s / 3
+        renew_at = time.monotonic() + period
+        while True:
+            self._wake.wait(max(0.0, renew_at - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return  # the owner releases every claim itself
+            with self._lock:
+                keys, self._to_release = self._to_release, []
+            if keys:
+                try:
+                    self._claims.release(keys)
+                except Exception:  # a blip: tried again at the next wake-up
+                    with self._lock:
+                        self._to_release[:0] = keys
+            if time.monotonic() >= renew_at:
+                renew_at = time.monotonic() + period
+                try:
+                    self._claims.renew()
+                except Exception:  # a blip: the next renewal tries again before expiry
+                    continue
 
     def __enter__(self) -> "Renewal":
         self._thread.start()
@@ -75,6 +105,7 @@ class Renewal:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join()
 
 
@@ -177,7 +208,15 @@ class FileClaims:
                 [time.time() + self._ttl_s, self.owner],
             )
 
-    def release(self) -> None:
+    def release(self, keys: Sequence[str] | None = None) -> None:
+        if keys is not None:
+            with self._transaction() as connection:
+                connection.execute(
+                    "DELETE FROM claims WHERE owner = ? "
+                    "AND key IN (SELECT value FROM json_each(?))",
+                    [self.owner, json.dumps(sorted(set(keys)))],
+                )
+            return
         with self._transaction() as connection:
             connection.execute("DELETE FROM claims WHERE owner = ?", [self.owner])
         with self._lock:  # the step is over: its connection goes (a new one if used again)

@@ -421,9 +421,16 @@ class PostgresClaims:
                 [self._ttl_s, self.owner],
             )
 
-    def release(self) -> None:
+    def release(self, keys: Sequence[str] | None = None) -> None:
         with self._cache.connection() as connection:
-            connection.execute("DELETE FROM claims WHERE owner = %s", [self.owner])
+            if keys is None:
+                connection.execute("DELETE FROM claims WHERE owner = %s", [self.owner])
+                return
+            for chunk in _chunks(sorted(keys)):
+                connection.execute(
+                    "DELETE FROM claims WHERE owner = %s AND key = ANY(%s::text[])",
+                    [self.owner, chunk],
+                )
 
 
 def _chunks(keys: Sequence[str]) -> Iterator[list[str]]:

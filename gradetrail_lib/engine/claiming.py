@@ -6,7 +6,9 @@ got, and of the others, which runs sharing the cache are sending, it takes each 
 from the cache once stored (`poll`), or claims and sends one whose claim lapsed (its
 owner died) or was released without an answer (its call failed). A step's claims are
 renewed from their first claim until the step ends (`close`, after its writer stored its
-answers, so a waiter finds them), and released then.
+answers, so a waiter finds them), and released then; a claim whose call failed is
+released as soon as the failure is known (`settled`), so a run waiting for it claims and
+sends it at its next look instead of when this step ends.
 """
 
 import time
@@ -113,6 +115,14 @@ class StepClaims:
                 backend.run(live, on_result)
         if waiting:
             self.wait(waiting, backend, result, listener, on_result)
+
+    def settled(self, request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
+        """A call of this step ended (every sending step's `on_result` says so): a failed
+        one's claim is released now, by the renewal's thread (no answer will be stored, so
+        holding it would only keep a waiting run from sending it); an answered one's is
+        kept until `close`, after its writer stored the answer."""
+        if isinstance(outcome, ProviderError) and self._renewal is not None:
+            self._renewal.release(request.key)
 
     def close(self) -> None:
         """The step is over and its answers stored: its claims go (if it took any)."""

@@ -151,6 +151,7 @@ def fetch_responses(
 
             def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
                 answered = result.take(request, outcome, writer)
+                claims.settled(request, outcome)
                 if answered and listener is not None:
                     assert isinstance(outcome, ModelResponse)
                     listener.on_response(request.key, outcome, False)
@@ -200,6 +201,7 @@ def _agent_responses(
 
             def on_result(request: ModelRequest, outcome: ModelResponse | ProviderError) -> None:
                 result.take(request, outcome, writer)
+                claims.settled(request, outcome)
 
             def send(requests: list[ModelRequest]) -> dict[str, tuple[StepOutcome, bool]]:
                 unknown = [

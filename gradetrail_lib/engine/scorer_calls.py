@@ -134,6 +134,7 @@ class CallStage:
 
     def _on_result(self, writer: Writer, request: ModelRequest, outcome: Outcome) -> None:
         self.results.take(request, outcome, writer)
+        self._claims.settled(request, outcome)
 
     # -- not pipelined
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib import run_spec
-from gradetrail_lib.cache.claims import DEFAULT_TTL_S, Claims, FileClaims, claims_path
+from gradetrail_lib.cache.claims import DEFAULT_TTL_S, POLL_S, Claims, FileClaims, claims_path
 from gradetrail_lib.cache.location import open_cache, parse_location
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.spec.spec import load_spec
 from tests.cache.conftest import direct
 from tests.conftest import read_results, start_cli_process, write_addition_dataset, write_spec
-from tests.support.fake_llm_server import FakeLLMServer, last_user_message
+from tests.support.fake_llm_server import FakeLLMServer, Fault, last_user_message
 from tests.support.plans import whole
 
 pytestmark = pytest.mark.timeout(300)
@@ -53,9 +53,11 @@ def claims_of(location: str, ttl_s: float) -> Claims:
     return PostgresClaims(cache, ttl_s=ttl_s)
 
 
-def start_run(spec: Path, root: Path, location: str, cwd: Path) -> "subprocess.Popen[str]":
+def start_run(
+    spec: Path, root: Path, location: str, cwd: Path, concurrency: int = 8
+) -> "subprocess.Popen[str]":
     return start_cli_process(
-        "run", str(spec), "--results", str(root), "--concurrency", "8",
+        "run", str(spec), "--results", str(root), "--concurrency", str(concurrency),
         cwd=cwd, env={"GRADETRAIL_CACHE": location},
     )  # fmt: skip
 
@@ -178,6 +180,39 @@ def test_a_request_released_without_an_answer_is_sent_by_the_run_waiting_for_it(
     assert claims_held(cache_location) == 0
 
 
+def test_a_failed_requests_claim_is_released_at_its_failure_not_at_its_steps_end(
+    tmp_path: Path, cache_location: str
+) -> None:
+    n, latency_s, fails_after_s = 10, 1.5, 2.5
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    open_cache(cache_location)
+    with FakeLLMServer(latency_s=latency_s) as server:
+        # The first call is answered 400 (not retried) after 2.5 s, while the first run's
+        # step has 9 more requests of 1.5 s to send two at a time: about 6 s more.
+        server.script = [Fault(status=400, delay_s=fails_after_s)]
+        spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
+        first = start_run(spec, tmp_path / "first", cache_location, tmp_path, concurrency=2)
+        wait_for_claims(cache_location, n, first)
+        run_spec(spec, results_root=tmp_path / "second", cache=cache_location)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        sent = server.requests
+    (failed,) = [r for r in sent if r["fault"] is not None]
+    failed_at = failed["received_at"] + fails_after_s
+    prompt = last_user_message(failed["body"])
+    (resent,) = [r for r in sent if r is not failed and last_user_message(r["body"]) == prompt]
+    assert len(sent) == n + 1  # the second run sent that one request only
+    # The second run claimed and sent it at its next look after the failure, before the
+    # first run had even sent its last request (its step's end released it before).
+    waited = resent["received_at"] - failed_at
+    print(f"a failed request sent again {waited:.2f} s after its failure")
+    assert waited <= POLL_S + 2.0, waited
+    assert resent["received_at"] < max(r["received_at"] for r in sent if r is not resent)
+    records = read_results(tmp_path / "second")
+    assert len(records) == n and all(r["response"] for r in records)
+    assert claims_held(cache_location) == 0
+
+
 def test_of_claimants_of_one_key_exactly_one_holds_it_until_it_lapses(
     cache_location: str,
 ) -> None:
@@ -189,6 +224,24 @@ def test_of_claimants_of_one_key_exactly_one_holds_it_until_it_lapses(
     time.sleep(1.5)  # lapsed, not renewed
     assert second.claim(keys) == set(keys)
     assert first.claim(keys) == set()
+    second.release()
+    assert claims_held(cache_location) == 0
+
+
+def test_releasing_some_keys_drops_those_claims_of_this_owner_only(cache_location: str) -> None:
+    first, second = (
+        claims_of(cache_location, DEFAULT_TTL_S),
+        claims_of(cache_location, DEFAULT_TTL_S),
+    )
+    keys = [f"{i:064x}" for i in range(4)]
+    assert first.claim(keys[:3]) == set(keys[:3])
+    assert second.claim(keys) == {keys[3]}
+    second.release([keys[0], keys[3]])  # keys[0] is the first owner's: it stays
+    first.release([keys[1]])  # as a step whose call for it failed
+    assert claims_held(cache_location) == 2
+    assert second.claim(keys) == {keys[1], keys[3]}
+    assert first.claim(keys) == {keys[0], keys[2]}  # its others still held (and usable)
+    first.release()
     second.release()
     assert claims_held(cache_location) == 0
 
@@ -285,6 +338,10 @@ def test_answers_taken_from_another_runs_claims_report_progress_as_they_come(
             kwargs={"progress": lambda done, total: seen.append((done, total))},
         )
         step.start()
+        deadline = time.monotonic() + 30
+        while not seen:  # its lookup made (finding none) before the holder's first answers
+            assert time.monotonic() < deadline and step.is_alive()
+            time.sleep(0.05)
         answer = ModelResponse(text="1", served_model="fake-1", stop_reason="stop",
                                input_tokens=1, output_tokens=1, latency_s=0.1)  # fmt: skip
         cache.put_many([(r, answer) for r in requests[:2]])  # the holder's first answers

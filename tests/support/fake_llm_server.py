@@ -894,8 +894,9 @@ class FakeLLMServer:
         (parsed JSON or None), ``query`` (the query string's arguments), ``headers``
         (lower-cased; credentials redacted), ``has_authorization``, ``has_x_api_key``,
         ``key_sha256`` (SHA-256 of the bearer token, x-api-key, api-key or x-goog-api-key,
-        or None), ``status`` (answered status, None for a dropped connection) and
-        ``fault`` (the :class:`Fault` applied, or None)."""
+        or None), ``status`` (answered status, None for a dropped connection),
+        ``fault`` (the :class:`Fault` applied, or None) and ``received_at`` (this
+        process's ``time.monotonic()`` when the request was read)."""
         with self._lock:
             return list(self._requests)
 
@@ -1166,6 +1167,7 @@ class FakeLLMServer:
         if fault is None and self.inflight_cap is not None and self._inflight >= self.inflight_cap:
             fault = Fault(status=429, headers={"retry-after": self.inflight_cap_retry_after})
         entry = _request_entry(path, headers, body)
+        entry["received_at"] = time.monotonic()
         entry["query"] = {k: v[-1] for k, v in arguments.items()}
         entry["fault"] = fault
         if fault is not None:
