@@ -228,6 +228,34 @@ def test_of_claimants_of_one_key_exactly_one_holds_it_until_it_lapses(
     assert claims_held(cache_location) == 0
 
 
+def test_a_judges_failed_call_releases_its_claim_while_the_stage_is_open(
+    tmp_path: Path, cache_location: str
+) -> None:
+    from gradetrail_lib.backends.local import LocalBackend
+    from gradetrail_lib.engine.scorer_calls import CallStage
+
+    n = 3
+    write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
+    cache = open_cache(cache_location)
+    with FakeLLMServer() as server:
+        spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
+        loaded = load_spec(spec)
+        requests = list(whole(plan(loaded, loaded.spec.models[0])).unique_requests.values())
+        server.script = [Fault(status=400)]  # not retried
+        stage = CallStage(cache, LocalBackend())
+        stage.submit(requests[:1])
+        # Claimed, sent and failed, and its claim gone while the stage still judges (it
+        # used to stay until the stage closed, with the run's last answer).
+        deadline = time.monotonic() + 20
+        while server.calls < 1 or claims_held(cache_location) != 0:
+            assert time.monotonic() < deadline, (server.calls, claims_held(cache_location))
+            time.sleep(0.05)
+        stage.submit(requests[1:])
+        results = stage.close()
+    assert list(results.errors) == [requests[0].key] and len(results.responses) == n - 1
+    assert claims_held(cache_location) == 0
+
+
 def test_releasing_some_keys_drops_those_claims_of_this_owner_only(cache_location: str) -> None:
     first, second = (
         claims_of(cache_location, DEFAULT_TTL_S),
