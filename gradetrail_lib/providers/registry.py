@@ -114,6 +114,9 @@ class Provider:
     settings: tuple[str, ...] = ()
     # Sampling parameters its API lacks.
     refused_params: tuple[RefusedParam, ...] = ()
+    # Those that only some of its models' API lacks, by the model (OpenAI's Responses
+    # API has no `stop` or `seed`; its Chat Completions has both).
+    refused_params_of: "Callable[[ModelConfig], tuple[RefusedParam, ...]] | None" = None
     # At most this many requests in flight to one of its models (None: the backend's).
     concurrency: int | None = None
     # More checks of a model's settings; raises ValueError with the message to show.
@@ -169,9 +172,10 @@ class Provider:
         """Answered without a call, so without a cost."""
         return self.respond is not None
 
-    def refused(self, params: "Params") -> RefusedParam | None:
-        """The first parameter set in `params` that this provider's API lacks."""
-        for rule in self.refused_params:
+    def refused(self, params: "Params", model: "ModelConfig") -> RefusedParam | None:
+        """The first parameter set in `params` that the API `model` is sent to lacks."""
+        of_model = self.refused_params_of(model) if self.refused_params_of is not None else ()
+        for rule in (*self.refused_params, *of_model):
             if getattr(params, rule.param) is not None:
                 return rule
         return None

@@ -73,7 +73,7 @@ def resolve_model(
             raise UsageError(f"model {wanted!r}: an endpoint is given for provider/name only")
         return spec.model_named(wanted)  # a name its `watch` matches, or UnknownModel
     model = parse_model(wanted, base_url=base_url, api_key_env=api_key_env)
-    refused = registry.get(model.provider).refused(spec.params)
+    refused = registry.get(model.provider).refused(spec.params, model)
     if refused is not None:
         raise UsageError(refused.model_message(wanted, spec.name))
     return model

@@ -349,8 +349,8 @@ class Spec(Strict):
     @classmethod
     def _params_fit_providers(cls, params: Params, info: ValidationInfo) -> Params:
         # A parameter a provider does not take would be rejected on every request.
-        for name in dict.fromkeys(m.provider for m in info.data.get("models", [])):
-            refused = providers.get(name).refused(params)
+        for model in info.data.get("models", []):
+            refused = providers.get(model.provider).refused(params, model)
             if refused is not None:
                 raise ValueError(refused.spec_message())
         if params.thinking is not None and info.data.get("tools"):

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from gradetrail_lib import run_spec
+from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.base import Endpoint, ModelRequest
 from gradetrail_lib.providers.media import MediaSource, media_part
 from gradetrail_lib.providers.registry import ModelConfig
 from gradetrail_lib.providers.request import endpoint_settings, key_base_url, request_key
+from gradetrail_lib.spec.spec import load_spec
 from tests.agents.test_agent import agent, project, records_by_id
 from tests.conftest import write_addition_dataset
 from tests.support.fake_llm_server import REASONING_TOKENS, FakeLLMServer
@@ -174,3 +176,19 @@ def test_media_parts_are_input_image_and_input_file() -> None:
          "file_data": "data:application/pdf;base64," + base64.b64encode(doc).decode()},
     ]  # fmt: skip
     assert json.dumps(body).count("base64") == 2
+
+
+@pytest.mark.parametrize("param", ["seed: 7", "stop: ['\\n']"])
+def test_stop_and_seed_are_refused_at_load_naming_file_line_and_field(
+    tmp_path: Path, param: str
+) -> None:
+    spec = spec_file(tmp_path, "http://127.0.0.1:9", params=f"{{max_tokens: 64, {param}}}")
+    with pytest.raises(InputError) as raised:
+        load_spec(spec)
+    error = raised.value
+    name = param.split(":")[0]
+    assert f"{name} is not a parameter of OpenAI's Responses API" in str(error)
+    assert str(spec) in str(error) and error.field == "params" and error.line == 7
+    # The same parameters go to Chat Completions, which takes them.
+    spec.write_text(spec.read_text().replace(" api: responses,", ""))
+    assert load_spec(spec).spec.params.max_tokens == 64

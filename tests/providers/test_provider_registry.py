@@ -44,14 +44,30 @@ def test_a_providers_own_settings_are_refused_on_another_provider() -> None:
 
 
 def test_the_refused_parameter_rule_words_both_errors() -> None:
-    rule = registry.get("anthropic").refused(Params(seed=1))
+    claude = ModelConfig(provider="anthropic", name="x")
+    rule = registry.get("anthropic").refused(Params(seed=1), claude)
     assert rule is not None
     assert rule.spec_message() == "seed is not a parameter of the Anthropic Messages API"
     assert rule.model_message("anthropic/x", "s") == (
         "model anthropic/x: spec 's' sets seed, which Anthropic lacks"
     )
-    assert registry.get("anthropic").refused(Params()) is None
-    assert registry.get("openai").refused(Params(seed=1)) is None
+    assert registry.get("anthropic").refused(Params(), claude) is None
+    chat = ModelConfig(provider="openai", name="gpt-4.1")
+    assert registry.get("openai").refused(Params(seed=1, stop=["x"]), chat) is None
+
+
+@pytest.mark.parametrize("params", [Params(seed=1), Params(stop=["\n"])])
+def test_the_responses_api_lacks_stop_and_seed_which_chat_completions_takes(
+    params: Params,
+) -> None:
+    openai = registry.get("openai")
+    responses = ModelConfig(provider="openai", name="gpt-4.1", api="responses")
+    rule = openai.refused(params, responses)
+    assert rule is not None and rule.param in ("seed", "stop")
+    assert rule.spec_message() == f"{rule.param} is not a parameter of OpenAI's Responses API"
+    # A family served only there goes to it without `api:`.
+    assert openai.refused(params, ModelConfig(provider="openai", name="o3-pro")) is not None
+    assert openai.refused(params, ModelConfig(provider="openai", name="gpt-4.1")) is None
 
 
 def test_limits_defaults_and_in_process_answers() -> None:
