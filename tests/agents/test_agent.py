@@ -2,13 +2,16 @@
 trajectories in both provider formats; every step cached; the ways an agent fails."""
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gradetrail_lib import load_run, run_spec
+from gradetrail_lib.backends import local
 from gradetrail_lib.errors import InputError
+from gradetrail_lib.providers.policy import RetryPolicy
 from gradetrail_lib.spec.identity import run_identity
 from gradetrail_lib.spec.spec import load_spec
 from tests.conftest import run_cli
@@ -160,7 +163,14 @@ def test_a_changed_tool_result_resends_only_the_steps_after_it(tmp_path: Path) -
         assert paris.response == "It is hail in Paris."
 
 
-def test_one_failing_case_does_not_stop_the_others(tmp_path: Path) -> None:
+def test_one_failing_case_does_not_stop_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Paris's first call fails on every attempt: its case is a provider error, Rome's is
+    scored. (Its 6 attempts back off from 10 ms, not 0.5 s: about 8 s of waiting otherwise,
+    and how long a retry waits is tests/providers' business.)"""
+    monkeypatch.setattr(local, "RetryPolicy", partial(RetryPolicy, base_delay_s=0.01))
+
     def flaky(body: dict[str, Any]) -> Any:
         c = conversation(body)
         if "Paris" in c.messages[0]["content"] and c.turns == 1:
