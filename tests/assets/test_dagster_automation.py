@@ -100,24 +100,29 @@ def test_spec_models_sensor_registers_listed_models_once(
 
 
 def test_nightly_schedule_requests_every_partition_with_idempotent_run_keys(
-    tmp_path: Path, instance: dg.DagsterInstance, fake_server: FakeLLMServer
+    tmp_path: Path, instance_on_files: dg.DagsterInstance, fake_server: FakeLLMServer
 ) -> None:
     defs = make_defs(tmp_path, fake_server, watch=False)
-    instance.add_dynamic_partitions("add__models", ["fake-1", "fake-2"])
+    instance_on_files.add_dynamic_partitions("add__models", ["fake-1", "fake-2"])
     schedule = defs.resolve_schedule_def("add__nightly")
     assert schedule.cron_schedule == "0 2 * * *"
     assert schedule.execution_timezone == "UTC"
     tick = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
-    requests = schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+    requests = schedule(
+        dg.build_schedule_context(instance=instance_on_files, scheduled_execution_time=tick)
+    )
     assert isinstance(requests, list)
     assert sorted(r.partition_key or "" for r in requests) == ["fake-1", "fake-2"]
-    again = schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+    again = schedule(
+        dg.build_schedule_context(instance=instance_on_files, scheduled_execution_time=tick)
+    )
     assert isinstance(again, list)
     assert [r.run_key for r in requests] == [r.run_key for r in again]
     assert len({r.run_key for r in requests}) == 2
     next_night = schedule(
         dg.build_schedule_context(
-            instance=instance, scheduled_execution_time=datetime(2026, 12, 3, 2, 0, tzinfo=UTC)
+            instance=instance_on_files,
+            scheduled_execution_time=datetime(2026, 12, 3, 2, 0, tzinfo=UTC),
         )
     )
     assert isinstance(next_night, list)

@@ -60,7 +60,7 @@ def logged(instance: dg.DagsterInstance, result: dg.ExecuteInProcessResult) -> l
 @pytest.mark.parametrize(("variable", "tag"), [(None, "all"), ("0", "off"), ("1", "all")])
 def test_the_nightly_schedule_goes_by_batch_unless_turned_off(
     tmp_path: Path,
-    instance: dg.DagsterInstance,
+    instance_on_files: dg.DagsterInstance,
     server: FakeLLMServer,
     monkeypatch: pytest.MonkeyPatch,
     variable: str | None,
@@ -69,10 +69,12 @@ def test_the_nightly_schedule_goes_by_batch_unless_turned_off(
     if variable is not None:
         monkeypatch.setenv("GRADETRAIL_NIGHTLY_BATCH", variable)
     defs = defs_for(tmp_path, server)
-    instance.add_dynamic_partitions("add__models", [MODEL_PARTITION])
+    instance_on_files.add_dynamic_partitions("add__models", [MODEL_PARTITION])
     tick = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
     schedule = defs.resolve_schedule_def("add__nightly")
-    requests = schedule(dg.build_schedule_context(instance=instance, scheduled_execution_time=tick))
+    requests = schedule(
+        dg.build_schedule_context(instance=instance_on_files, scheduled_execution_time=tick)
+    )
     assert isinstance(requests, list) and requests
     assert all(r.tags[BATCH_TAG] == tag for r in requests)
 
