@@ -6,7 +6,7 @@ each partition's model, its hash the data version: a new checkpoint makes `candi
 `responses` stale (not `oracle`'s) and Dagster's own automation requests it; the same
 checkpoint again leaves it fresh. The model answers from the loopback fake server, which
 records the model each request named. The project is made by `create-dagster` and listed
-by `dg`; the materializations run in process against one instance (as
+by `dg` (in a slow test of its own); the materializations run in process against one instance (as
 test_dagster_upstream.py's)."""
 
 import json
@@ -16,7 +16,7 @@ import dagster as dg
 import pytest
 
 from gradetrail_lib.cli import main
-from tests.assets.test_dagster_upstream import dg_project
+from tests.assets.test_dagster_upstream import dependencies, dg_project
 from tests.assets.test_dg_project import dg_json, environment
 from tests.support.fake_llm_server import FakeLLMServer
 from tests.support.staleness import StaleStatus, resolver_for
@@ -60,22 +60,39 @@ def server() -> FakeLLMServer:
         yield srv
 
 
-def test_a_new_checkpoint_makes_its_responses_stale_and_automation_asks_for_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance,
-    server: FakeLLMServer,
-) -> None:  # fmt: skip
-    project = dg_project(
-        tmp_path, monkeypatch, "checkpoint_evals",
+def checkpoint_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: FakeLLMServer, name: str
+) -> Path:
+    return dg_project(
+        tmp_path, monkeypatch, name,
         defs_files={"upstream.py": UPSTREAM, "checkpoint.txt": "7\n",
                     "endpoint.txt": f"{server.base_url}/v1\n"},
         spec_files={"tune.yaml": SPEC, "sums.jsonl": ROWS},
     )  # fmt: skip
-    listed = dg_json(["list", "defs"], cwd=project, env=environment(project, tmp_path / "home"))
-    deps = {a["asset_key"]: a["dependency_keys"] for a in listed["assets"]}
-    assert deps["tune/model"] == ["served_model"] and deps["served_model"] == ["checkpoint"]
-    assert sorted(deps["tune/responses"]) == ["tune/dataset", "tune/model"]
 
+
+@pytest.mark.slow
+def test_dg_lists_the_model_asset_behind_its_upstream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: FakeLLMServer
+) -> None:
+    """What the in-process test reads from the definitions, `dg list defs` shows (a
+    process of `dg`'s own: about 4 s, so in CI's run only)."""
+    project = checkpoint_project(tmp_path, monkeypatch, server, "listed_checkpoint_evals")
+    listed = dg_json(["list", "defs"], cwd=project, env=environment(project, tmp_path / "home"))
+    deps = {a["asset_key"]: sorted(a["dependency_keys"]) for a in listed["assets"]}
+    assert deps["tune/model"] == ["served_model"] and deps["served_model"] == ["checkpoint"]
+    assert deps == dependencies(dg.load_from_defs_folder(path_within_project=project))
+
+
+def test_a_new_checkpoint_makes_its_responses_stale_and_automation_asks_for_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance,
+    server: FakeLLMServer,
+) -> None:  # fmt: skip
+    project = checkpoint_project(tmp_path, monkeypatch, server, "checkpoint_evals")
     defs = dg.load_from_defs_folder(path_within_project=project)
+    deps = dependencies(defs)
+    assert deps["tune/model"] == ["served_model"] and deps["served_model"] == ["checkpoint"]
+    assert deps["tune/responses"] == ["tune/dataset", "tune/model"]
     io = {"io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "storage"))}
     upstream = [defs.resolve_assets_def(k) for k in ("checkpoint", "served_model")]
     eval_job = defs.resolve_job_def("tune__eval")

@@ -3,9 +3,9 @@ questions}`), behind a two-asset upstream (`raw_questions` → `questions`): the
 `dataset` depends on it, reads its value through the IO manager, and its content hash is
 the data version. The upstream re-materialized with the same rows leaves `responses`
 fresh; with other rows `responses` turns stale, and Dagster's own automation requests the
-`dataset` partitions again. The project is made by `create-dagster` and listed by `dg`;
-the materializations run in process against one instance (faster than `dg launch`, which
-tests/assets/test_dg_project.py runs)."""
+`dataset` partitions again. The project is made by `create-dagster` and listed by `dg`
+(in a slow test of its own); the materializations run in process against one instance
+(faster than `dg launch`, which tests/assets/test_dg_project.py runs)."""
 
 import json
 import subprocess
@@ -101,12 +101,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_an_upstream_assets_new_content_makes_responses_stale_and_the_same_does_not(
     project: Path, instance: dg.DagsterInstance, tmp_path: Path
 ) -> None:
-    env = environment(project, tmp_path / "home")
-    listed = dg_json(["list", "defs"], cwd=project, env=env)
-    deps = {a["asset_key"]: a["dependency_keys"] for a in listed["assets"]}
-    assert deps["qa/dataset"] == ["questions"] and deps["questions"] == ["raw_questions"]
-
     defs = dg.load_from_defs_folder(path_within_project=project)
+    deps = dependencies(defs)
+    assert deps["qa/dataset"] == ["questions"] and deps["questions"] == ["raw_questions"]
     io = {"io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "storage"))}
     upstream = [defs.resolve_assets_def(k) for k in ("raw_questions", "questions")]
     eval_job = defs.resolve_job_def("qa__eval")
@@ -160,6 +157,33 @@ def test_an_upstream_assets_new_content_makes_responses_stale_and_the_same_does_
     rerun = json.loads((Path(again.output_for_node("qa__scores")) / "manifest.json").read_text())
     assert rerun["samples"] == 3 and rerun["identity"] != manifest["identity"]
     assert status() == StaleStatus.FRESH
+
+
+def dependencies(defs: dg.Definitions) -> dict[str, list[str]]:
+    """Each asset's upstream keys, as `dg list defs` lists them (`dependency_keys`)."""
+    graph = defs.resolve_asset_graph()
+    return {
+        key.to_user_string(): sorted(k.to_user_string() for k in graph.get(key).parent_keys)
+        for key in graph.get_all_asset_keys()
+    }
+
+
+@pytest.mark.slow
+def test_dg_lists_the_eval_behind_its_upstream_assets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the in-process test reads from the definitions, `dg list defs` shows (a
+    process of `dg`'s own: about 4 s, so in CI's run only). The project's package has a
+    name of its own (see `dg_project`)."""
+    project = dg_project(
+        tmp_path, monkeypatch, "listed_upstream_evals",
+        defs_files={"upstream.py": UPSTREAM, "raw.jsonl": raw_rows(4)},
+        spec_files={"qa.yaml": SPEC},
+    )  # fmt: skip
+    listed = dg_json(["list", "defs"], cwd=project, env=environment(project, tmp_path / "home"))
+    deps = {a["asset_key"]: sorted(a["dependency_keys"]) for a in listed["assets"]}
+    assert deps["qa/dataset"] == ["questions"] and deps["questions"] == ["raw_questions"]
+    assert deps == dependencies(dg.load_from_defs_folder(path_within_project=project))
 
 
 def test_the_cli_refuses_an_asset_dataset_naming_the_spec(
