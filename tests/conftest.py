@@ -53,14 +53,33 @@ def instance() -> Iterator["dg.DagsterInstance"]:
         yield test_instance
 
 
+@pytest.fixture(scope="session")
+def dagster_home_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty Dagster instance on SQLite files, made once: creating its databases takes
+    about 2 s, copying them 0.1 s (`dagster_home`)."""
+    import dagster as dg
+
+    home = tmp_path_factory.mktemp("dagster_home_template")
+    with dg.instance_for_test(temp_dir=str(home)):
+        pass
+    return home
+
+
+def dagster_home(template: Path, home: Path) -> Path:
+    """A DAGSTER_HOME at `home`: a copy of the empty instance in `template`."""
+    shutil.copytree(template, home)
+    return home
+
+
 @pytest.fixture
-def instance_on_files(tmp_path: Path) -> Iterator["dg.DagsterInstance"]:
+def instance_on_files(
+    tmp_path: Path, dagster_home_template: Path
+) -> Iterator["dg.DagsterInstance"]:
     """A Dagster instance on SQLite files in a temporary DAGSTER_HOME: what a schedule's
     evaluation context needs (it opens the instance again from its reference)."""
     import dagster as dg
 
-    home = tmp_path / "dagster_home"
-    home.mkdir()
+    home = dagster_home(dagster_home_template, tmp_path / "dagster_home")
     with dg.instance_for_test(temp_dir=str(home)) as test_instance:
         yield test_instance
 

@@ -15,7 +15,7 @@ import duckdb
 from gradetrail_assets.definitions import build_definitions
 from gradetrail_lib.cache.responses import ResponseCache
 from tests.assets.test_dagster_scorers import settings
-from tests.conftest import write_addition_dataset, write_spec
+from tests.conftest import dagster_home, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, last_user_message
 
 MODEL = "fake-1"
@@ -55,13 +55,12 @@ def received(server: FakeLLMServer) -> int:
 
 
 def test_a_run_killed_during_responses_sends_again_only_what_was_in_flight(
-    tmp_path: Path,
+    tmp_path: Path, dagster_home_template: Path
 ) -> None:
     specs = tmp_path / "specs"
     specs.mkdir()
     write_addition_dataset(specs / "data" / "add.jsonl", N)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
+    home = dagster_home(dagster_home_template, tmp_path / "dagster_home")
     database = tmp_path / "gradetrail.duckdb"
     # Rounds of CONCURRENCY calls 0.3 s apart.
     with FakeLLMServer(latency_s=0.3) as server:
