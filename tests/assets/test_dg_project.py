@@ -30,10 +30,16 @@ SPEC = "csv_stats"  # shipped in specs/: the scripted provider plays each case, 
 MODEL = "oracle"
 STEPS = ("dataset", "responses", "scores", "stats", "report", "leaderboard")
 
-# Every step is a `dg` subprocess that loads Dagster (5 to 15 s each), so all but one are
-# `slow`: `-m "not slow"` keeps the project, one bad attribute reported with its file
-# and line, and (tests/assets/test_dagster_upstream.py) the Component built in process.
+# Every step is a `dg` subprocess that loads Dagster (5 to 15 s each), so they are all
+# `slow`: `-m "not slow"` keeps each bad attribute located by the same loader in process
+# (below) and the Component built in process (tests/assets/test_dagster_upstream.py).
 SLOW = pytest.mark.slow
+BAD_ATTRIBUTES = [
+    ("  executor: threads", "attributes.executor"),
+    ("  nightly_schedule: sometimes", "attributes.nightly_schedule"),
+    ("  cache: postgresql://evals:hunter2@db/gradetrail", "attributes.cache"),
+    ("  release_sensr: false", "attributes.release_sensr"),
+]
 
 
 def run(argv: list[str], *, cwd: Path, env: dict[str, str], ok: bool = True) -> str:
@@ -156,15 +162,8 @@ def test_dg_launch_materializes_one_partition_offline(
             assert found.records, step
 
 
-@pytest.mark.parametrize(
-    ("edit", "message"),
-    [
-        pytest.param("  executor: threads", "attributes.executor", marks=SLOW),
-        pytest.param("  nightly_schedule: sometimes", "attributes.nightly_schedule", marks=SLOW),
-        ("  cache: postgresql://evals:hunter2@db/gradetrail", "attributes.cache"),
-        pytest.param("  release_sensr: false", "attributes.release_sensr", marks=SLOW),
-    ],
-)
+@SLOW
+@pytest.mark.parametrize(("edit", "message"), BAD_ATTRIBUTES)
 def test_a_bad_attribute_is_reported_with_its_file_and_line(
     project: tuple[Path, dict[str, str]], edit: str, message: str
 ) -> None:
@@ -183,6 +182,49 @@ def test_a_bad_attribute_is_reported_with_its_file_and_line(
     assert located is not None, out[-3000:]
     assert int(located.group(1)) == at + 1
     if "cache" in message:  # the message says why (the snippet shows the file's own line)
+        assert "holds a password" in out and "PGPASSWORD" in out
+
+
+@pytest.fixture(scope="module")
+def bare_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project made by `create-dagster` (0.5 s; no `dg` process), the shipped specs
+    copied in."""
+    root = tmp_path_factory.mktemp("dg_attributes")
+    env = environment(root / "attributes_project", root / "dagster_home")
+    run([str(BIN / "create-dagster"), "project", "attributes_project", "--no-uv-sync"],
+        cwd=root, env=env)  # fmt: skip
+    project = root / "attributes_project"
+    shutil.copytree(REPO / "specs", project / "specs")
+    return project
+
+
+@pytest.mark.parametrize(("edit", "message"), BAD_ATTRIBUTES)
+def test_a_bad_attribute_is_located_by_the_loader_dg_check_runs(
+    bare_project: Path, monkeypatch: pytest.MonkeyPatch, edit: str, message: str
+) -> None:
+    """The Component loaded in process, as `dg check defs` loads it (the slow test above
+    runs `dg` itself): the error names the file, the line and the attribute."""
+    monkeypatch.syspath_prepend(str(bare_project / "src"))
+    path = bare_project / "src" / "attributes_project" / "defs" / "evals" / "defs.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(
+        f"type: {COMPONENT}\n"
+        "attributes:\n"
+        f'  specs: ["{{{{ context.project_root }}}}/specs/{SPEC}.yaml"]\n'
+        f"{edit}\n"
+    )
+    with pytest.raises(Exception) as raised:
+        dg.load_from_defs_folder(path_within_project=bare_project)
+    chain, error = [], raised.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    out = "\n".join(chain)
+    # One line names both: "FILE:4 - attributes.cache" (a resolver's error) or
+    # "attributes.release_sensr at FILE:4" (pydantic's, for an unknown key).
+    lines = out.splitlines()
+    assert any(f"{path}:4" in line and message in line for line in lines), out[-3000:]
+    if "cache" in message:  # says why (the snippet shows the file's own line)
         assert "holds a password" in out and "PGPASSWORD" in out
 
 
