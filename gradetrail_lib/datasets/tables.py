@@ -1,7 +1,10 @@
 """A table file read through DuckDB (CSV, Parquet): its rows, numbered, as JSON values."""
 
+import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gradetrail_lib.datasets.dataset import (
     Dataset,
@@ -15,6 +18,9 @@ from gradetrail_lib.datasets.dataset import (
 )
 from gradetrail_lib.errors import InputError
 
+if TYPE_CHECKING:
+    import duckdb
+
 
 def read_table(
     path: Path, where: str, *, kind: str, reader: str, first: int, unit: Unit, id_field: str = "id"
@@ -27,10 +33,45 @@ def read_table(
     return in_memory(path, digest, table_samples(where, rows, unit, id_field))
 
 
+class _Reader:
+    """One in-memory DuckDB per process that every table file is read through, a cursor
+    (a connection of its own) per read. `duckdb.connect` starts a whole database
+    instance, about 20 ms (docs/performance.md), where a read of a small file takes
+    about 5; a cursor costs microseconds. The reads create nothing in it, so one read
+    leaves nothing another could see.
+
+    The instance is closed before every fork and opened again when next needed, in the
+    parent and in the child: a child does not use an instance whose threads the fork did
+    not copy (and a forked child was seen to hang in `duckdb.connect` while its parent's
+    instance lived: docs/performance.md)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._instance: duckdb.DuckDBPyConnection | None = None
+        os.register_at_fork(before=self.close)
+
+    def cursor(self) -> "duckdb.DuckDBPyConnection":
+        import duckdb
+
+        with self._lock:
+            if self._instance is None:
+                self._instance = duckdb.connect(":memory:")
+            return self._instance.cursor()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._instance is not None:
+                self._instance.close()
+                self._instance = None
+
+
+_READER = _Reader()
+
+
 def _rows(path: Path, where: str, kind: str, reader: str, first: int) -> Iterator[Row]:
     import duckdb
 
-    con = duckdb.connect(":memory:")
+    con = _READER.cursor()
     try:
         try:
             cursor = con.execute(f"SELECT * FROM {reader}(?)", [str(path)])

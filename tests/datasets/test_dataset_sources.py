@@ -95,6 +95,37 @@ def test_csv_rows_and_lines(tmp_path: Path) -> None:
     json.dumps([s.fields for s in dataset.samples])
 
 
+def test_table_reads_share_one_instance_and_a_fork_reads_its_own(tmp_path: Path) -> None:
+    """Table files are read through one in-memory DuckDB per process (a cursor a read),
+    closed before a fork: a forked child reads a CSV through an instance of its own, and
+    the parent reads on after."""
+    import os
+
+    from gradetrail_lib.datasets import tables
+
+    path = write_csv(tmp_path / "x.csv", ["id,q", "a,1", "b,2"])
+    assert [s.id for s in load_dataset(path).samples] == ["a", "b"]
+    instance = tables._READER._instance
+    assert instance is not None
+    assert [s.id for s in load_dataset(path).samples] == ["a", "b"]
+    assert tables._READER._instance is instance  # the second read opened none
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: read, report, leave without running pytest's teardown
+        try:
+            ids = ",".join(s.id for s in load_dataset(path).samples)
+            os.write(write, ids.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        # A hang here fails the suite's timeout rather than passing.
+        assert pipe.read() == "a,b"
+    os.waitpid(child, 0)
+    assert tables._READER._instance is None  # closed before the fork
+    assert [s.id for s in load_dataset(path).samples] == ["a", "b"]
+
+
 def test_csv_errors_name_file_and_line(tmp_path: Path) -> None:
     no_id = write_csv(tmp_path / "a.csv", ["key,q", "a,x"])
     err = error_of(no_id, "data/a.csv")
