@@ -6,8 +6,9 @@ folder's (`gradetrail_assets/defs/`: one `GradetrailComponent` with no attribute
 so its settings come from the environment, GRADETRAIL_SPECS and the other GRADETRAIL_*
 variables, as ever). Installed without the repository (no defs folder), what that
 Component builds with no attribute set. Either way they are built by
-`gradetrail_assets.build.build_definitions`, re-exported here for the tests and for
-Python code that builds its own.
+`gradetrail_assets.build.build_definitions`, re-exported here for Python code that
+builds its own (the tests import it from `build`: importing this module loads the
+repository's definitions, about a second).
 """
 
 from pathlib import Path

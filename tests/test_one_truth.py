@@ -23,7 +23,7 @@ import dagster as dg
 import pytest
 from starlette.testclient import TestClient
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib import cli
 from gradetrail_lib.providers import local_server

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from scipy.stats import bootstrap
 
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.checks import latest_data_version
-from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib import cli, load_run, run_spec
 from gradetrail_lib.analysis.stats.clusters import cluster_mean_interval

@@ -12,8 +12,8 @@ import dagster as dg
 import duckdb
 import pytest
 
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.checks import CHECK_DESCRIPTIONS, check_specs
-from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from tests.agents.test_agent import CITIES, agent, project
 from tests.support.agent_scripts import conversation

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from tests.conftest import write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer

@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.resources import BATCH_TAG, GradetrailResource
 from tests.support.batch_runs import MODEL_PARTITION, N, project, serve_batches
 from tests.support.fake_llm_server import FakeLLMServer

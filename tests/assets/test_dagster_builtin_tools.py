@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 import gradetrail_lib.agents.workspace as workspace_module
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from tests.agents.test_builtin_tools import SHIPPED, needs_bwrap
 

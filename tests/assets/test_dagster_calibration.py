@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib.analysis.calibration import calibrate_run
 from gradetrail_lib.labels.store import append_labels, label_for

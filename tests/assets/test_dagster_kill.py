@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_lib.cache.responses import ResponseCache
 from tests.assets.test_dagster_scorers import settings
 from tests.conftest import dagster_home, write_addition_dataset, write_spec
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 
 project, home, concurrency = Path(sys.argv[1]), sys.argv[2], sys.argv[3]

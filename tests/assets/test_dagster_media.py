@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from tests.assets.test_dagster_scorers import settings
 
 REPO = Path(__file__).resolve().parents[2]

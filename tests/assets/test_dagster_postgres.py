@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.factory import DB_POOL
 from gradetrail_assets.resources import GradetrailResource
 from tests.conftest import REPO

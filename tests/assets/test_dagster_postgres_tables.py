@@ -14,7 +14,7 @@ import pytest
 from dagster._core.remote_representation.external_data import RepositorySnap
 from dagster._serdes import serialize_value
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.resources import settings_from_environment
 from gradetrail_assets.tables import SCORE_COLUMNS, STATS_COLUMNS, PostgresTables
 from gradetrail_lib.cache.postgres import close_pools

@@ -19,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.executors import EXECUTOR_ENV, executor_from_environment
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib.errors import UsageError

@@ -12,8 +12,8 @@ import duckdb
 import pytest
 from dagster_duckdb import DuckDBResource
 
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.checks import latest_data_version, served_model_check
-from gradetrail_assets.definitions import build_definitions
 from gradetrail_assets.resources import GradetrailResource, settings_from_environment
 from gradetrail_assets.tables import STATS_COLUMNS, replace_partition
 from gradetrail_lib.results.runs import load_run

@@ -13,7 +13,7 @@ import pytest
 from dagster_duckdb import DuckDBResource
 
 import gradetrail_assets.tables as tables
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.metadata import FAILURES_SHOWN, FirstFailures, scores_metadata
 from gradetrail_assets.tables import SCORE_COLUMNS, STATS_COLUMNS, replace_partition
 from gradetrail_lib import run_spec

@@ -21,7 +21,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from gradetrail_assets.definitions import build_definitions
+from gradetrail_assets.build import build_definitions
 from gradetrail_assets.resources import GradetrailResource
 from gradetrail_lib import load_run
 from gradetrail_lib.backends.local import LocalBackend
