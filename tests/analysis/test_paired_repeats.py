@@ -67,6 +67,34 @@ def test_sign_flip_samples_above_13_cases_deterministically() -> None:
     assert sign_flip_test([1.0] * 40) == pytest.approx(2 / 10000)
 
 
+def test_the_sampled_sign_flip_p_is_scipys_monte_carlo_test() -> None:
+    """Above 13 cases the p is scipy's `monte_carlo_test` p, computed directly: the same
+    random sign patterns from the seed, equal to the last bit, ties and all."""
+    from scipy.stats import monte_carlo_test
+
+    from gradetrail_lib.analysis.stats.intervals import mean_of
+
+    rng = np.random.default_rng(7)
+    for case in range(120):
+        n = int(rng.integers(14, 80))
+        values = rng.normal(0.1 * (case % 4), 1.0, n)
+        if case % 3 == 0:  # coarse values: many patterns tie with the observed mean
+            values = np.round(values, 1)
+        nonzero = values[values != 0]
+        settings = BootstrapSettings(n_resamples=int(rng.choice([99, 999, 9999])), seed=case)
+        draws = np.random.default_rng(settings.seed)
+        magnitudes = np.abs(nonzero)
+        reference = monte_carlo_test(
+            nonzero,
+            lambda size, draws=draws, magnitudes=magnitudes: (
+                draws.choice([-1.0, 1.0], size=size) * magnitudes
+            ),
+            mean_of, vectorized=True, n_resamples=settings.n_resamples,
+            alternative="two-sided", axis=-1,
+        )  # fmt: skip
+        assert sign_flip_test(values.tolist(), settings) == min(1.0, float(reference.pvalue))
+
+
 def test_paired_verdict_needs_the_interval_and_the_test() -> None:
     above = Interval(0.01, 0.2, 0.95, "x")
     below = Interval(-0.2, -0.01, 0.95, "x")

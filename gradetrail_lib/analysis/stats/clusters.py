@@ -59,7 +59,9 @@ def group_by(items: Iterable[T], key: Any) -> list[list[T]]:
 
 
 def is_clustered(groups: Sequence[Sequence[Any]]) -> bool:
-    return any(len(g) > 1 for g in groups)
+    """Whether some group holds more than one item (map and max: no Python loop, as a
+    ranking asks this of every pair)."""
+    return max(map(len, groups), default=0) > 1
 
 
 def _ratio(sums: Any, counts: Any, axis: int = -1) -> Any:

@@ -29,8 +29,10 @@ simulation. The interval is a cluster bootstrap of the per-case mean differences
 """
 
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Literal
 
 from gradetrail_lib.analysis.stats.clusters import (
@@ -267,30 +269,40 @@ def sign_flip_test(
         # Both signs of one difference are as extreme as it (scipy needs two values).
         return 1.0
     import numpy as np
-    from scipy.stats import monte_carlo_test, permutation_test  # see stats.intervals
 
     data = np.asarray(nonzero)
-    if len(nonzero) <= SIGN_FLIP_EXACT_MAX:
-        # n_resamples of at least 2^n makes scipy enumerate every sign pattern.
-        result = permutation_test(
-            (data,), mean_of, permutation_type="samples", vectorized=True,
-            n_resamples=2 ** len(nonzero), alternative="two-sided",
-        )  # fmt: skip
-    else:
-        # Random sign patterns drawn directly (scipy's permutation_test draws them by
-        # indexing, several times slower); the same test, the same Monte Carlo p.
-        settings = settings or BootstrapSettings()
-        rng = np.random.default_rng(settings.seed)
-        magnitudes = np.abs(data)
+    if len(nonzero) > SIGN_FLIP_EXACT_MAX:
+        return _monte_carlo_sign_flip(data, settings or BootstrapSettings())
+    from scipy.stats import permutation_test  # see stats.intervals
 
-        def flipped(size: tuple[int, ...]) -> Any:
-            return rng.choice([-1.0, 1.0], size=size) * magnitudes
-
-        result = monte_carlo_test(
-            data, flipped, mean_of, vectorized=True, n_resamples=settings.n_resamples,
-            alternative="two-sided", axis=-1,
-        )  # fmt: skip
+    # n_resamples of at least 2^n makes scipy enumerate every sign pattern.
+    result = permutation_test(
+        (data,), mean_of, permutation_type="samples", vectorized=True,
+        n_resamples=2 ** len(nonzero), alternative="two-sided",
+    )  # fmt: skip
     return min(1.0, float(result.pvalue))
+
+
+def _monte_carlo_sign_flip(data: Any, settings: BootstrapSettings) -> float:
+    """scipy's `monte_carlo_test` p for random sign patterns, computed as it computes it
+    (the same draws from `settings.seed`, the mean of each, the same count with its
+    relative tolerance, + 1 over n_resamples + 1 each side, twice the smaller side): its
+    checks and broadcasting took 0.5 ms a call, twice the test itself, and a ranking of
+    K models runs K(K-1)/2 of them (tests/analysis/test_stats_paired.py holds the two
+    equal). Random sign patterns are drawn directly (scipy's permutation_test draws
+    them by indexing, several times slower)."""
+    import numpy as np
+
+    rng = np.random.default_rng(settings.seed)
+    n_resamples = settings.n_resamples
+    observed = mean_of(data)
+    signs = rng.choice([-1.0, 1.0], size=(n_resamples, len(data)))
+    null = mean_of(signs * np.abs(data))
+    # The relative tolerance scipy allows for values equal in theory but not in floats.
+    gamma = abs(np.finfo(float).eps * 100 * observed)
+    below = (np.count_nonzero(null <= observed + gamma) + 1.0) / (n_resamples + 1.0)
+    above = (np.count_nonzero(null >= observed - gamma) + 1.0) / (n_resamples + 1.0)
+    return min(1.0, max(0.0, float(min(below, above) * 2)))
 
 
 def paired_verdict(interval: Interval, p: float | None, alpha: float) -> Verdict:
@@ -378,30 +390,50 @@ class PairedSamples:
     def n(self) -> int:
         return len(self.values_a)
 
-    @property
+    # Computed once (a ranking asks each pair's several times): the fields never change.
+    @cached_property
     def clustered(self) -> bool:
         return is_clustered(self.cases)
 
-    @property
+    @cached_property
     def binary(self) -> bool:
         """Pass/fail scores (every value 0 or 1) without repeats: Newcombe and McNemar."""
-        return not self.clustered and all(v in (0.0, 1.0) for v in (*self.values_a, *self.values_b))
+        return not self.clustered and {*self.values_a, *self.values_b} <= {0.0, 1.0}
 
-    @property
+    # Counted by map over the pass/fail lists, with no Python loop (for bools, x > y is
+    # x and not y).
+    @cached_property
     def a_only(self) -> int:
-        return sum(x and not y for x, y in zip(self.pass_a, self.pass_b, strict=True))
+        return _count(operator.gt, self.pass_a, self.pass_b)
 
-    @property
+    @cached_property
     def b_only(self) -> int:
-        return sum(y and not x for x, y in zip(self.pass_a, self.pass_b, strict=True))
+        return _count(operator.lt, self.pass_a, self.pass_b)
 
-    @property
+    @cached_property
     def both_pass(self) -> int:
-        return sum(x and y for x, y in zip(self.pass_a, self.pass_b, strict=True))
+        return _count(operator.and_, self.pass_a, self.pass_b)
 
     def case_differences(self) -> list[list[float]]:
         """B - A of each pair, grouped by case."""
         return [[self.values_b[i] - self.values_a[i] for i in case] for case in self.cases]
+
+    @cached_property
+    def case_means(self) -> list[float]:
+        """Each case's mean difference B - A, in the order of `cases`: what the sign-flip
+        test and a ranking read. Without repeats a case's one pair's difference (its
+        mean, exactly), without the lists of `case_differences`."""
+        values_a, values_b = self.values_a, self.values_b
+        if not self.clustered:
+            return [values_b[i] - values_a[i] for (i,) in self.cases]
+        return [math.fsum(d) / len(d) for d in self.case_differences()]
+
+
+def _count(test: Callable[[bool, bool], bool], a: Sequence[bool], b: Sequence[bool]) -> int:
+    """How many pairs (a[i], b[i]) pass `test`."""
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} outcomes on one side and {len(b)} on the other")
+    return sum(map(test, a, b))
 
 
 def paired_samples(
@@ -424,12 +456,20 @@ def paired_samples(
         values_b=[0.0 if s != s else s for s in scores_b],
         pass_a=[s >= threshold for s in scores_a],
         pass_b=[s >= threshold for s in scores_b],
-        cases=group_by(range(len(in_b)), lambda i: sheet_a.ids[i]),
+        cases=_cases(sheet_a.ids),
         unscored_a=sum(s != s for s in scores_a),
         unscored_b=sum(s != s for s in scores_b),
         scored_mean_a=scored_mean(scores_a),
         scored_mean_b=scored_mean(scores_b),
     )
+
+
+def _cases(ids: Sequence[str]) -> list[list[int]]:
+    """The positions of each sample id, ids in first-seen order: a position each where
+    the ids are distinct (no repeats), the common case, found without grouping."""
+    if len(set(ids)) == len(ids):
+        return [[i] for i in range(len(ids))]
+    return group_by(range(len(ids)), ids.__getitem__)
 
 
 @dataclass(frozen=True)
@@ -452,7 +492,7 @@ def paired_test(samples: PairedSamples, settings: BootstrapSettings | None = Non
         test, p = MCNEMAR, mcnemar_exact(a_only, b_only)
     else:
         # Each case's mean difference (its one pair's difference without repeats).
-        means = [math.fsum(d) / len(d) for d in samples.case_differences()]
+        means = samples.case_means
         statistic = math.fsum(means)
         test = CLUSTER_SIGN_FLIP if samples.clustered else SIGN_FLIP
         p = sign_flip_test(means, settings)
@@ -491,7 +531,7 @@ def paired_difference(
     )  # fmt: skip
     assert difference.interval is not None
     # Few pairs or few non-zero differences: no method here is known to cover.
-    warning = paired_warning([math.fsum(d) / len(d) for d in per_case])
+    warning = paired_warning(samples.case_means)
     return replace(difference, interval=replace(difference.interval, warning=warning))
 
 

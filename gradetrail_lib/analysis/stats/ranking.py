@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+from gradetrail_lib.analysis.stats.clusters import is_clustered
 from gradetrail_lib.analysis.stats.defaults import DEFAULT_CONFIDENCE
 from gradetrail_lib.analysis.stats.intervals import BootstrapSettings, check_confidence
 from gradetrail_lib.analysis.stats.paired import (
@@ -305,13 +306,12 @@ def rank(
             values_a=a.values_b, values_b=b.values_b, pass_a=a.pass_b, pass_b=b.pass_b,
             cases=cases, unscored_a=a.unscored_b, unscored_b=b.unscored_b,
         )  # fmt: skip
-        case_means = [math.fsum(d) / len(d) for d in samples.case_differences()]
         pairs.append(
             PairInput(
                 i=i,
                 j=j,
                 tested=paired_test(samples, settings),
-                difference=math.fsum(case_means) / len(case_means),
+                difference=math.fsum(samples.case_means) / len(cases),
             )
         )
     return rank_from_tests(
@@ -321,4 +321,8 @@ def rank(
 
 
 def _case_mean(values: Sequence[float], cases: Sequence[Sequence[int]]) -> float:
+    if not is_clustered(cases):
+        # A case per pair (the cases partition the pairs): each case's mean is its value,
+        # and fsum's exactly rounded sum is the same whatever the order.
+        return math.fsum(values) / len(cases)
     return math.fsum(math.fsum(values[i] for i in c) / len(c) for c in cases) / len(cases)
