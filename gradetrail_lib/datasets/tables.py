@@ -3,6 +3,7 @@
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,29 +41,49 @@ class _Reader:
     about 5; a cursor costs microseconds. The reads create nothing in it, so one read
     leaves nothing another could see.
 
-    The instance is closed before every fork and opened again when next needed, in the
-    parent and in the child: a child does not use an instance whose threads the fork did
-    not copy (and a forked child was seen to hang in `duckdb.connect` while its parent's
-    instance lived: docs/performance.md)."""
+    A read holds the lock from its cursor to its last row, so reads from several threads
+    take turns (they are a dataset's load, not a run's hot path). The instance is closed
+    before every fork and opened again when next needed, in the parent and in the child:
+    a child does not use an instance whose threads the fork did not copy (and a forked
+    child was seen to hang in `duckdb.connect` while its parent's instance lived:
+    docs/performance.md). The lock is held across the fork, so no read is cut off by the
+    close and none starts until the fork is done; the child gets a lock of its own (the
+    parent's may have been taken by a thread the child does not have)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._instance: duckdb.DuckDBPyConnection | None = None
-        os.register_at_fork(before=self.close)
+        os.register_at_fork(
+            before=self._before_fork,
+            after_in_parent=self._lock_release,
+            after_in_child=self._after_fork_in_child,
+        )
 
-    def cursor(self) -> "duckdb.DuckDBPyConnection":
+    @contextmanager
+    def cursor(self) -> Iterator["duckdb.DuckDBPyConnection"]:
         import duckdb
 
         with self._lock:
             if self._instance is None:
                 self._instance = duckdb.connect(":memory:")
-            return self._instance.cursor()
+            con = self._instance.cursor()
+            try:
+                yield con
+            finally:
+                con.close()
 
-    def close(self) -> None:
-        with self._lock:
-            if self._instance is not None:
-                self._instance.close()
-                self._instance = None
+    def _before_fork(self) -> None:
+        self._lock.acquire()
+        if self._instance is not None:
+            self._instance.close()
+            self._instance = None
+
+    def _lock_release(self) -> None:
+        self._lock.release()
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._instance = None
 
 
 _READER = _Reader()
@@ -71,16 +92,13 @@ _READER = _Reader()
 def _rows(path: Path, where: str, kind: str, reader: str, first: int) -> Iterator[Row]:
     import duckdb
 
-    con = _READER.cursor()
-    try:
+    with _READER.cursor() as con:
         try:
             cursor = con.execute(f"SELECT * FROM {reader}(?)", [str(path)])
             names = [d[0] for d in cursor.description or []]
             values = cursor.fetchall()
         except duckdb.Error as exc:
             raise InputError(where, None, None, f"cannot read {kind}: {first_line(exc)}") from exc
-    finally:
-        con.close()
     for offset, row in enumerate(values):
         number = first + offset
         yield number, jsonable_row(where, number, dict(zip(names, row, strict=True)))

@@ -126,6 +126,46 @@ def test_table_reads_share_one_instance_and_a_fork_reads_its_own(tmp_path: Path)
     assert [s.id for s in load_dataset(path).samples] == ["a", "b"]
 
 
+def test_forks_while_another_thread_reads_cut_no_read_short(tmp_path: Path) -> None:
+    """A fork closes the shared instance; a thread reading tables at the time finishes
+    each read first (the read holds the lock across it), and every child reads through an
+    instance and a lock of its own, whatever the parent's threads held at the fork."""
+    import os
+    import threading
+
+    path = write_csv(tmp_path / "x.csv", ["id,q", *(f"s{i},{i}" for i in range(200))])
+    ids = [f"s{i}" for i in range(200)]
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read_on() -> None:
+        try:
+            while not done.is_set():
+                assert [s.id for s in load_dataset(path).samples] == ids
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    reader = threading.Thread(target=read_on)
+    reader.start()
+    try:
+        for _ in range(5):
+            read, write = os.pipe()
+            child = os.fork()
+            if child == 0:  # the child: read, report, leave without pytest's teardown
+                try:
+                    os.write(write, str(len(load_dataset(path).samples)).encode())
+                finally:
+                    os._exit(0)
+            os.close(write)
+            with os.fdopen(read) as pipe:
+                assert pipe.read() == "200"  # a hang fails the suite's timeout instead
+            os.waitpid(child, 0)
+    finally:
+        done.set()
+        reader.join()
+    assert not errors, errors[0]
+
+
 def test_csv_errors_name_file_and_line(tmp_path: Path) -> None:
     no_id = write_csv(tmp_path / "a.csv", ["key,q", "a,x"])
     err = error_of(no_id, "data/a.csv")
