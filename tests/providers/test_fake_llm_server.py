@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support.fake_llm_server import FakeLLMServer, Fault, default_responder
+from tests.support.http_client import HTTP
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +50,7 @@ def test_openai_chat_shape_and_accounting(srv: FakeLLMServer) -> None:
             {"role": "user", "content": "Q: 2 + 3"},
         ],
     }
-    r = httpx.post(
+    r = HTTP.post(
         f"{srv.base_url}/v1/chat/completions",
         json=body,
         headers={"authorization": "Bearer sk-test-123"},
@@ -78,7 +79,7 @@ def test_openai_chat_shape_and_accounting(srv: FakeLLMServer) -> None:
     assert not srv.key_was_sent("sk-other")
 
     srv.served_model = "served-x"
-    r = httpx.post(f"{srv.base_url}/v1/chat/completions", json=_chat("hi"))
+    r = HTTP.post(f"{srv.base_url}/v1/chat/completions", json=_chat("hi"))
     assert r.json()["model"] == "served-x"
     assert srv.requests[-1]["has_authorization"] is False
 
@@ -93,7 +94,7 @@ def test_anthropic_messages_shape(srv: FakeLLMServer) -> None:
         "system": "Be brief.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Q: 10 + 20"}]}],
     }
-    r = httpx.post(
+    r = HTTP.post(
         f"{srv.base_url}/v1/messages",
         json=body,
         headers={"x-api-key": "ak-test", "anthropic-version": "2023-06-01"},
@@ -114,13 +115,13 @@ def test_anthropic_messages_shape(srv: FakeLLMServer) -> None:
 
 def test_truncation_to_max_tokens(srv: FakeLLMServer) -> None:
     text = "one two three four five"
-    r = httpx.post(f"{srv.base_url}/v1/chat/completions", json=_chat(text, max_tokens=3))
+    r = HTTP.post(f"{srv.base_url}/v1/chat/completions", json=_chat(text, max_tokens=3))
     data = r.json()
     assert data["choices"][0]["message"]["content"] == "Echo: one two"
     assert data["choices"][0]["finish_reason"] == "length"
     assert data["usage"]["completion_tokens"] == 3
 
-    r = httpx.post(
+    r = HTTP.post(
         f"{srv.base_url}/v1/messages",
         json={"model": "c", "max_tokens": 2, "messages": [{"role": "user", "content": text}]},
     )
@@ -129,13 +130,13 @@ def test_truncation_to_max_tokens(srv: FakeLLMServer) -> None:
     assert data["stop_reason"] == "max_tokens"
     assert data["usage"]["output_tokens"] == 2
 
-    r = httpx.post(f"{srv.base_url}/v1/chat/completions", json=_chat("Q: 1 + 2", max_tokens=2))
+    r = HTTP.post(f"{srv.base_url}/v1/chat/completions", json=_chat("Q: 1 + 2", max_tokens=2))
     assert r.json()["choices"][0]["finish_reason"] == "stop"
 
 
 def test_models_listing(srv: FakeLLMServer) -> None:
     srv.models = ["m-a", "m-b"]
-    data = httpx.get(f"{srv.base_url}/v1/models").json()
+    data = HTTP.get(f"{srv.base_url}/v1/models").json()
     assert data == {
         "object": "list",
         "data": [
@@ -143,9 +144,7 @@ def test_models_listing(srv: FakeLLMServer) -> None:
             {"id": "m-b", "object": "model", "created": 0, "owned_by": "fake"},
         ],
     }
-    data = httpx.get(
-        f"{srv.base_url}/v1/models", headers={"anthropic-version": "2023-06-01"}
-    ).json()
+    data = HTTP.get(f"{srv.base_url}/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
     assert [m["id"] for m in data["data"]] == ["m-a", "m-b"]
     assert data["data"][0]["type"] == "model"
     assert data["data"][0]["created_at"] == "2026-01-01T00:00:00Z"
@@ -180,7 +179,7 @@ def test_fault_script_then_success(srv: FakeLLMServer) -> None:
     assert srv.script == []
 
     srv.script = [Fault(529)]
-    r = httpx.post(f"{srv.base_url}/v1/messages", json=_chat("x"))
+    r = HTTP.post(f"{srv.base_url}/v1/messages", json=_chat("x"))
     assert r.status_code == 529
     assert r.json()["type"] == "error" and r.json()["error"]["type"] == "overloaded_error"
 
@@ -188,10 +187,10 @@ def test_fault_script_then_success(srv: FakeLLMServer) -> None:
 def test_fail_always_and_raw_body(srv: FakeLLMServer) -> None:
     srv.fail_always = Fault(503, body="upstream down")
     for _ in range(3):
-        r = httpx.post(f"{srv.base_url}/v1/chat/completions", json=_chat("x"))
+        r = HTTP.post(f"{srv.base_url}/v1/chat/completions", json=_chat("x"))
         assert r.status_code == 503 and r.text == "upstream down"
     srv.fail_always = None
-    r = httpx.post(f"{srv.base_url}/v1/chat/completions", json=_chat("x"))
+    r = HTTP.post(f"{srv.base_url}/v1/chat/completions", json=_chat("x"))
     assert r.status_code == 200
     assert srv.calls == 4
 
@@ -211,9 +210,9 @@ def test_fault_delay_triggers_client_timeout(srv: FakeLLMServer) -> None:
     srv.script = [Fault(200, delay_s=2.0)]
     start = time.perf_counter()
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{srv.base_url}/v1/chat/completions", json=_chat("x"), timeout=0.2)
+        HTTP.post(f"{srv.base_url}/v1/chat/completions", json=_chat("x"), timeout=0.2)
     assert time.perf_counter() - start < 1.5
-    r = httpx.post(f"{srv.base_url}/v1/chat/completions", json=_chat("x"))
+    r = HTTP.post(f"{srv.base_url}/v1/chat/completions", json=_chat("x"))
     assert r.status_code == 200
 
 
@@ -225,18 +224,18 @@ def test_custom_responder_and_bad_requests() -> None:
         return "custom " * 4
 
     with FakeLLMServer(responder=responder) as srv:
-        r = httpx.post(f"{srv.base_url}/v1/messages", json=_chat("x"))
+        r = HTTP.post(f"{srv.base_url}/v1/messages", json=_chat("x"))
         assert r.json()["content"][0]["text"] == "custom custom custom custom "
         assert len(seen) == 1
 
-        r = httpx.post(
+        r = HTTP.post(
             f"{srv.base_url}/v1/chat/completions",
             content=b"{not json",
             headers={"content-type": "application/json"},
         )
         assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
-        assert httpx.get(f"{srv.base_url}/nope").status_code == 404
-        assert httpx.get(f"{srv.base_url}/v1/chat/completions").status_code == 405
+        assert HTTP.get(f"{srv.base_url}/nope").status_code == 404
+        assert HTTP.get(f"{srv.base_url}/v1/chat/completions").status_code == 405
         assert srv.calls == 2  # the good and the invalid-JSON completion call
 
 

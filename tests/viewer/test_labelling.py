@@ -29,6 +29,7 @@ from gradetrail_lib.viewer.labelling import (
 )
 from gradetrail_lib.viewer.links import label_href, sample_href
 from tests.conftest import REPO
+from tests.support.http_client import HTTP
 from tests.support.viewer_runs import ViewerRuns, make_runs
 from tests.support.viewer_server import Background
 from tests.viewer.test_viewer_hardening import copy_run
@@ -78,7 +79,7 @@ def form_of(html: str, index: int = 0) -> dict[str, str]:
 def post(url: str, run: str, fields: dict[str, str], **headers: str) -> httpx.Response:
     sent = {"origin": url} | {k.replace("_", "-"): v for k, v in headers.items()}
     sent = {k: v for k, v in sent.items() if v != ""}
-    return httpx.post(url + label_href(run), data=fields, headers=sent, timeout=30)
+    return HTTP.post(url + label_href(run), data=fields, headers=sent, timeout=30)
 
 
 # -- the queue's order ------------------------------------------------------------------
@@ -179,13 +180,13 @@ def test_the_read_only_viewer_has_no_label_form_and_no_write_route(
 ) -> None:
     before = tree(runs.root)
     for path in [f"/run/{runs.a}?failures=1", sample_href(runs.a, "q001"), f"/run/{runs.a}"]:
-        response = httpx.get(read_only + path, timeout=30)
+        response = HTTP.get(read_only + path, timeout=30)
         assert response.status_code == 200
         assert 'method="post"' not in response.text.lower()
         assert "label-form" not in response.text and 'name="token"' not in response.text
         assert response.headers["referrer-policy"] == "no-referrer"
-    assert httpx.get(read_only + label_href(runs.a, {"seed": "1"}), timeout=30).status_code == 404
-    refused = httpx.post(
+    assert HTTP.get(read_only + label_href(runs.a, {"seed": "1"}), timeout=30).status_code == 404
+    refused = HTTP.post(
         read_only + label_href(runs.a), data={"id": "q001", "label": "pass"},
         headers={"origin": read_only}, timeout=30,
     )  # fmt: skip
@@ -197,10 +198,10 @@ def test_the_read_only_viewer_has_no_label_form_and_no_write_route(
 def test_a_queue_label_is_random_and_a_sample_page_label_is_selected(
     runs: ViewerRuns, url: str
 ) -> None:
-    first = httpx.get(url + label_href(runs.small), timeout=30)
+    first = HTTP.get(url + label_href(runs.small), timeout=30)
     assert first.status_code == 303
     assert re.fullmatch(rf"/label/{runs.small}\?seed=\d+", first.headers["location"])
-    queue = httpx.get(url + label_href(runs.small, {"seed": "5"}), timeout=30)
+    queue = HTTP.get(url + label_href(runs.small, {"seed": "5"}), timeout=30)
     assert queue.status_code == 200 and queue.headers["referrer-policy"] == "same-origin"
     assert "0 of 10 labelled" in queue.text
     fields = form_of(queue.text)
@@ -209,10 +210,10 @@ def test_a_queue_label_is_random_and_a_sample_page_label_is_selected(
     saved = post(url, runs.small, fields | {"label": "fail", "note": "off by one"})
     assert saved.status_code == 303, saved.text
     assert saved.headers["location"] == label_href(runs.small, {"seed": "5", "after": "1"})
-    nxt = httpx.get(url + saved.headers["location"], timeout=30)
+    nxt = HTTP.get(url + saved.headers["location"], timeout=30)
     assert nxt.status_code == 303
     assert nxt.headers["location"] == label_href(runs.small, {"seed": "5", "at": "2"})
-    again = httpx.get(url + label_href(runs.small, {"seed": "5"}), timeout=30)
+    again = HTTP.get(url + label_href(runs.small, {"seed": "5"}), timeout=30)
     assert "1 of 10 labelled" in again.text
     written = labels_on_file(runs)[before:]
     record = next(r for r in runs.records(runs.small) if r.id == fields["id"])
@@ -227,7 +228,7 @@ def test_a_queue_label_is_random_and_a_sample_page_label_is_selected(
         }
     ]  # fmt: skip
     # The same sample from its own page: the label is shown, and a new one is `selected`.
-    page = httpx.get(url + sample_href(runs.small, record.id), timeout=30)
+    page = HTTP.get(url + sample_href(runs.small, record.id), timeout=30)
     assert "labelled" in page.text and "off by one" in page.text
     fields = form_of(page.text)
     assert fields["via"] == "page"
@@ -244,7 +245,7 @@ def test_a_queue_label_is_random_and_a_sample_page_label_is_selected(
 
 
 def test_the_failures_page_labels_each_failure(runs: ViewerRuns, url: str) -> None:
-    page = httpx.get(url + f"/run/{runs.a}?failures=1", timeout=30)
+    page = HTTP.get(url + f"/run/{runs.a}?failures=1", timeout=30)
     sections = page.text.count('<section class="failure')
     assert sections > 1 and page.text.count('class="label-form"') == sections
     fields = form_of(page.text, 1)
@@ -291,7 +292,7 @@ def refused_cases(
 def test_posts_that_are_not_the_viewers_own_are_refused_and_write_nothing(
     runs: ViewerRuns, url: str
 ) -> None:
-    page = httpx.get(url + sample_href(runs.b, "q002"), timeout=30)
+    page = HTTP.get(url + sample_href(runs.b, "q002"), timeout=30)
     fields = form_of(page.text) | {"label": "pass"}
     before = tree(runs.root)
     for what, sent, headers, status in refused_cases(url, fields):
@@ -303,11 +304,11 @@ def test_posts_that_are_not_the_viewers_own_are_refused_and_write_nothing(
         assert tree(runs.root) == before, what
     # Not a form, too big, an unknown run, and a label route for a run outside the root.
     base = {"origin": url}
-    too_big = httpx.post(url + label_href(runs.b), content=b"note=" + b"x" * 70_000,
+    too_big = HTTP.post(url + label_href(runs.b), content=b"note=" + b"x" * 70_000,
                          headers=base | {"content-type": "application/x-www-form-urlencoded"},
                          timeout=30)  # fmt: skip
     assert too_big.status_code == 413
-    as_json = httpx.post(url + label_href(runs.b), json=fields, headers=base, timeout=30)
+    as_json = HTTP.post(url + label_href(runs.b), json=fields, headers=base, timeout=30)
     assert as_json.status_code == 400
     unknown = post(url, "no-such-run", fields)
     assert unknown.status_code == 404
@@ -320,9 +321,9 @@ def test_posts_that_are_not_the_viewers_own_are_refused_and_write_nothing(
 
 
 def test_the_token_is_per_process(runs: ViewerRuns, url: str) -> None:
-    fields = form_of(httpx.get(url + sample_href(runs.b, "q004"), timeout=30).text)
+    fields = form_of(HTTP.get(url + sample_href(runs.b, "q004"), timeout=30).text)
     with Background(runs.root, labels=True) as other:
-        theirs = form_of(httpx.get(other + sample_href(runs.b, "q004"), timeout=30).text)
+        theirs = form_of(HTTP.get(other + sample_href(runs.b, "q004"), timeout=30).text)
         assert theirs["token"] != fields["token"]
         before = tree(runs.root)
         refused = post(other, runs.b, fields | {"label": "pass"})
@@ -341,7 +342,7 @@ def test_view_labels_says_it_labels(runs: ViewerRuns) -> None:
         assert "labelling as 'ann'" in line, line
         match = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
         assert match, line
-        page = httpx.get(match.group(1) + sample_href(runs.b, "q005"), timeout=30)
+        page = HTTP.get(match.group(1) + sample_href(runs.b, "q005"), timeout=30)
         assert 'class="label-form"' in page.text
     finally:
         server.terminate()
@@ -356,11 +357,11 @@ def test_a_malformed_labels_file_hides_the_labels_and_breaks_no_page(
     shutil.copytree(runs.root / runs.small, root / runs.small)
     labels_path(root).write_text('{"spec": "qa", "id": "q000"\n')
     with Background(root, labels=True) as base:
-        queue = httpx.get(base + label_href(runs.small, {"seed": "1"}), timeout=30)
+        queue = HTTP.get(base + label_href(runs.small, {"seed": "1"}), timeout=30)
         assert queue.status_code == 200
         assert "The labels file cannot be read" in queue.text and ".labels.jsonl:1" in queue.text
         assert "0 of 10 labelled" in queue.text
-        assert httpx.get(base + sample_href(runs.small, "q001"), timeout=30).status_code == 200
+        assert HTTP.get(base + sample_href(runs.small, "q001"), timeout=30).status_code == 200
 
 
 def _huge_and_damaged(i: int, record: dict[str, Any]) -> str | dict[str, Any]:
@@ -380,14 +381,14 @@ def test_a_label_is_about_the_whole_response_and_never_a_damaged_line(
     name = target.name
     whole = "word " * 10_000 + "THE END"
     assert len(whole) > TEXT_CAP
-    page = httpx.get(url + sample_href(name, "q003"), timeout=30)
+    page = HTTP.get(url + sample_href(name, "q003"), timeout=30)
     assert page.status_code == 200 and "THE END" not in page.text  # the page holds the cut
     fields = form_of(page.text)
     assert fields["sha"] == response_hash(whole)
     assert post(url, name, fields | {"label": "fail"}).status_code == 303
     assert labels_on_file(runs)[-1]["response_sha256"] == response_hash(whole)
     # The queue leaves the damaged line out, and counts the label on the whole response.
-    queue = httpx.get(url + label_href(name, {"seed": "2"}), timeout=30)
+    queue = HTTP.get(url + label_href(name, {"seed": "2"}), timeout=30)
     assert queue.status_code == 200
     # Labels follow unchanged responses: run a's labels (the same spec) count here too.
     on_file = {(w["id"], w["repeat"], w["response_sha256"]) for w in labels_on_file(runs)}
@@ -415,12 +416,12 @@ def test_labels_made_in_the_queue_are_what_calibrate_reads(
     with Background(root, labels=True) as base:
         queue = label_href(runs.small, {"seed": "9"})
         for _ in range(len(records)):
-            fields = form_of(httpx.get(base + queue, timeout=30).text)
+            fields = form_of(HTTP.get(base + queue, timeout=30).text)
             record = records[fields["id"]]
             truth[record.id] = record.response == str(int(record.id[1:]))  # read, as a person
             verdict = "pass" if truth[record.id] else "fail"
             assert post(base, runs.small, fields | {"label": verdict}).status_code == 303
-        done = httpx.get(base + queue, timeout=30).text
+        done = HTTP.get(base + queue, timeout=30).text
         assert f"{len(records)} of {len(records)} labelled" in done and 'id="queue-done"' in done
     assert cli.main(["calibrate", str(root / runs.small), "--json"]) == 0
     judged = json.loads(capsys.readouterr().out)["judged"]

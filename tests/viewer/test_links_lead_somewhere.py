@@ -21,6 +21,7 @@ from gradetrail_lib.analysis.stats.intervals import proportion
 from gradetrail_lib.history.entries import FileHistory
 from gradetrail_lib.results.runs import load_run
 from gradetrail_lib.viewer.links import diff_href, label_href, sample_href
+from tests.support.http_client import HTTP
 from tests.support.viewer_runs import ViewerRuns, make_runs
 from tests.support.viewer_server import Background
 
@@ -50,7 +51,7 @@ def url(runs: ViewerRuns) -> Iterator[str]:
 
 
 def get(url: str, path: str) -> httpx.Response:
-    return httpx.get(url + path, timeout=60)
+    return HTTP.get(url + path, timeout=60)
 
 
 def run_names(runs: ViewerRuns) -> dict[str, str]:
@@ -86,7 +87,7 @@ def test_a_queue_link_on_a_read_only_viewer_says_what_serves_it(runs: ViewerRuns
     before = sorted(p.name for p in runs.root.iterdir())
     for response in (
         get(url, label_href(runs.a, {"seed": "1"})),
-        httpx.post(url + label_href(runs.a), data={"label": "pass"}, timeout=30),
+        HTTP.post(url + label_href(runs.a), data={"label": "pass"}, timeout=30),
     ):
         assert response.status_code == 404
         text = unescape(response.text)

@@ -11,10 +11,10 @@ import re
 import shutil
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import run_cli
+from tests.support.http_client import HTTP
 from tests.support.media_files import pdf
 from tests.support.viewer_server import Background
 
@@ -67,10 +67,10 @@ def test_the_report_and_the_viewer_show_thumbnails_and_documents(
     # Edited since the run: no thumbnail, named by its hash.
     (shipped / "chart-3.png").write_bytes(b"\x89PNG\r\n\x1a\nchanged")
     with Background(tmp_path / "results") as url:
-        page = httpx.get(f"{url}/run/{run_dir.name}/sample/chart-1", timeout=30)
+        page = HTTP.get(f"{url}/run/{run_dir.name}/sample/chart-1", timeout=30)
         assert page.status_code == 200
         assert "img-src 'self' data:" in page.headers["content-security-policy"]
         assert len(thumbnails(page.text)) == 1
         assert "form.pdf · application/pdf · 3 pages" in page.text
-        edited = httpx.get(f"{url}/run/{run_dir.name}/sample/chart-3", timeout=30).text
+        edited = HTTP.get(f"{url}/run/{run_dir.name}/sample/chart-3", timeout=30).text
         assert thumbnails(edited) == [] and "sha256 " in edited

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gradetrail_lib.results.trace import DatasetInfo, Manifest, SpecInfo
 from gradetrail_lib.viewer.links import label_href, sample_href
 from gradetrail_lib.viewer.reference import DatasetShelf
+from tests.support.http_client import HTTP
 from tests.support.viewer_runs import MALICIOUS, SMALL, ViewerRuns, make_runs
 from tests.support.viewer_server import Background
 
@@ -72,7 +72,7 @@ def queue_pages(url: str, run: str) -> dict[str, str]:
     """Each queue page of the run (seed 7) by its sample's id."""
     out = {}
     for at in range(1, SMALL + 1):
-        page = httpx.get(url + label_href(run, {"seed": "7", "at": str(at)}), timeout=30)
+        page = HTTP.get(url + label_href(run, {"seed": "7", "at": str(at)}), timeout=30)
         assert page.status_code == 200, page.text[-2000:]
         (sample,) = re.findall(r'<h2 class="mono" id="queue-sample">([^<]*)', page.text)
         out[unescape(sample).strip()] = page.text
@@ -105,7 +105,7 @@ def test_the_queue_shows_the_samples_reference_from_the_runs_dataset(
 def test_a_changed_dataset_is_named_and_its_fields_are_not_shown(
     runs: ViewerRuns, url: str
 ) -> None:
-    page = httpx.get(url + label_href("changed", {"seed": "7", "at": "1"}), timeout=30)
+    page = HTTP.get(url + label_href("changed", {"seed": "7", "at": "1"}), timeout=30)
     assert page.status_code == 200
     assert "reference unavailable: the dataset file" in page.text
     assert "has changed since this run (its hash differs)" in page.text
@@ -115,7 +115,7 @@ def test_a_changed_dataset_is_named_and_its_fields_are_not_shown(
 
 
 def test_a_hostile_reference_is_escaped_and_visible(runs: ViewerRuns, url: str) -> None:
-    page = httpx.get(url + label_href("hostile", {"seed": "7", "at": "1"}), timeout=30)
+    page = HTTP.get(url + label_href("hostile", {"seed": "7", "at": "1"}), timeout=30)
     assert page.status_code == 200
     shown = reference_of(page.text)["expected"]
     assert "<script>" not in shown and "\u202e" not in shown and "\x00" not in shown
@@ -149,12 +149,12 @@ def test_a_dataset_is_read_once_per_file_signature_and_a_missing_one_is_named(
 
 def test_the_sample_page_shows_the_reference_too(runs: ViewerRuns, url: str) -> None:
     on_sample = r'<div id="sample-reference">(.*?)</div>\s*<h2>'
-    page = httpx.get(url + sample_href(runs.small, "q005"), timeout=30)
+    page = HTTP.get(url + sample_href(runs.small, "q005"), timeout=30)
     assert reference_of(page.text, on_sample)["expected"] == "5"
-    changed = httpx.get(url + sample_href("changed", "q005"), timeout=30)
+    changed = HTTP.get(url + sample_href("changed", "q005"), timeout=30)
     assert "reference unavailable: the dataset file" in changed.text
     with Background(runs.root) as read_only:  # the plain viewer shows it as well
-        page = httpx.get(read_only + sample_href(runs.small, "q005"), timeout=30)
+        page = HTTP.get(read_only + sample_href(runs.small, "q005"), timeout=30)
         assert reference_of(page.text, on_sample)["expected"] == "5"
 
 

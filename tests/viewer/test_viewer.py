@@ -25,6 +25,7 @@ from gradetrail_lib.viewer.app import check_loopback
 from gradetrail_lib.viewer.index import IndexCache, Query
 from gradetrail_lib.viewer.links import sample_href, viewer_url
 from tests.conftest import REPO, run_cli
+from tests.support.http_client import HTTP
 from tests.support.proc_sockets import tree_sockets
 from tests.support.traces import manifest, record
 from tests.support.viewer_runs import DIFFERS, MALICIOUS, SMALL, N, ViewerRuns, failing, make_runs
@@ -45,7 +46,7 @@ def url(runs: ViewerRuns) -> Iterator[str]:
 
 
 def get(url: str, path: str) -> httpx.Response:
-    return httpx.get(url + path, timeout=30)
+    return HTTP.get(url + path, timeout=30)
 
 
 def raw_status(url: str, path: str, method: str = "GET") -> int:
@@ -236,7 +237,7 @@ def test_diff_shows_the_disagreements_with_the_paired_statistics(
         x.id for x, y in zip(a, b, strict=True) if x.score_of("judged") != y.score_of("judged")
     ]
     # The diff form lands on the diff.
-    form = httpx.get(f"{url}/diff?a={runs.a}&b={runs.b}", follow_redirects=False)
+    form = HTTP.get(f"{url}/diff?a={runs.a}&b={runs.b}", follow_redirects=False)
     assert form.status_code == 303 and form.headers["location"] == f"/diff/{runs.a}/{runs.b}"
 
 
@@ -334,7 +335,7 @@ def test_view_command_listens_on_loopback_only(runs: ViewerRuns) -> None:
         listening = [s for s in tree_sockets(server.pid) if s.listening]
         assert listening and all(s.local == ("127.0.0.1", int(match.group(2))) for s in listening)
         # A Host header naming another machine (DNS rebinding) is refused.
-        other = httpx.get(match.group(1), headers={"host": "attacker.example"}, timeout=30)
+        other = HTTP.get(match.group(1), headers={"host": "attacker.example"}, timeout=30)
         assert other.status_code == 400
     finally:
         server.terminate()
@@ -342,24 +343,25 @@ def test_view_command_listens_on_loopback_only(runs: ViewerRuns) -> None:
 
 
 def test_gradetrail_starts_without_importing_the_web_stack() -> None:
+    """A fresh process's imports (the check needs a process of its own); `--version` then
+    runs in it as `python -m gradetrail_lib.cli --version` would (`main()` reads argv)."""
     code = (
         "import json, sys\n"
         "from gradetrail_lib import cli\n"
         "cli.build_parser()\n"
         "web = ('starlette', 'uvicorn', 'gradetrail_lib.viewer.app',\n"
         "       'gradetrail_lib.viewer.index')\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(web))))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(web))), flush=True)\n"
+        "sys.argv[1:] = ['--version']\n"
+        "sys.exit(cli.main())\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == []
-    version = subprocess.run(
-        [sys.executable, "-m", "gradetrail_lib.cli", "--version"],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
-    assert version.returncode == 0 and version.stdout.strip()
+    modules, version = done.stdout.splitlines()
+    assert json.loads(modules) == []
+    assert version.strip()
 
 
 def test_the_report_draws_the_forest_plot(runs: ViewerRuns) -> None:
@@ -383,7 +385,7 @@ def test_dagster_metadata_links_to_the_runs_page(
     assert viewer_url(Path("/x/results/qa a#1")) == f"{url}/run/qa%20a%231"
     link = viewer_metadata(str(runs.root / runs.a))["viewer"].value
     assert link == f"{url}/run/{runs.a}"
-    assert httpx.get(link, timeout=30).status_code == 200
+    assert HTTP.get(link, timeout=30).status_code == 200
 
 
 def test_reproducibility_warnings_are_flagged(tmp_path: Path) -> None:
@@ -441,14 +443,13 @@ def test_an_agents_sample_page_shows_its_trajectory_step_by_step(
     assert anchors and len(anchors) == len(set(anchors))  # unique in the page
 
 
-def test_a_run_with_repeats_gives_intervals_over_cases(tmp_path: Path) -> None:
-    made = make_runs(tmp_path / "made")
-    specs = tmp_path / "made" / "specs"
+def test_a_run_with_repeats_gives_intervals_over_cases(runs: ViewerRuns, tmp_path: Path) -> None:
+    specs = runs.root.parent / "specs"  # the module's specs, run again into a root of its own
     (done,) = run_spec(
         specs / "qa.yaml", models=["a"], repeats=3, results_root=tmp_path / "r",
-        cache=tmp_path / "made" / "cache.duckdb",
+        cache=tmp_path / "cache.duckdb",
     )  # fmt: skip
-    assert made.a != done.run_dir.name
+    assert runs.a != done.run_dir.name
     rate = run_stats(done.records, "exact").pass_rate
     assert rate.clusters == N and rate.interval is not None
     with Background(tmp_path / "r") as base:
