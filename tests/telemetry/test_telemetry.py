@@ -451,9 +451,18 @@ def test_console_exporter_writes_to_stderr() -> None:
     assert '"name": "gradetrail.run"' in done.stderr
 
 
-def test_a_run_emits_its_spans_batch_by_batch(tmp_path: Path) -> None:
+def test_a_run_emits_its_spans_batch_by_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_otel_env: None
+) -> None:
     """Wired into the run: `run_spec` on a scripted spec gives one run span, a span per
-    sample and one per call, with what the records say."""
+    sample and one per call, with what the records say. In this process: the provider is
+    made the global one for the test only (OpenTelemetry's global, put back after; its
+    setter would keep it for the rest of the session), and the run finds it as it finds a
+    host application's."""
+    from opentelemetry import trace
+
+    from gradetrail_lib import run_spec
+
     (tmp_path / "data").mkdir()
     rows = [{"id": f"q{i}", "gold": "Paris" if i % 2 else "Rome"} for i in range(5)]
     (tmp_path / "data" / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -462,34 +471,21 @@ def test_a_run_emits_its_spans_batch_by_batch(tmp_path: Path) -> None:
         "model: {provider: scripted, name: parrot, text: Paris}\n"
         "scorer: {type: exact, field: gold}\n"
     )
-    code = textwrap.dedent(
-        f"""
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-        from gradetrail_lib import run_spec
-
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        trace.set_tracer_provider(provider)
-        root = {str(tmp_path)!r}
-        for _ in range(2):  # cold, then every call a cache hit
-            run_spec(root + "/s.yaml", results_root=root + "/r", cache=root + "/c.db")
-        spans = exporter.get_finished_spans()
-        runs = [s for s in spans if s.name == "gradetrail.run"]
-        samples = [s for s in spans if s.name == "gradetrail.sample"]
-        calls = [s for s in spans if s.name == "chat parrot"]
-        print(len(runs), len(samples), len(calls))
-        print(sorted(str(s.attributes.get("gradetrail.outcome")) for s in samples[:5]))
-        print([s.attributes.get("gradetrail.cache_hit") for s in calls])
-        print({{c.attributes.get("gen_ai.request.model") for c in calls}})
-        """
-    )
-    done = _python(code, _clean_env())
-    lines = done.stdout.strip().splitlines()
-    assert lines[0] == "2 10 10"
-    assert lines[1] == str(["scored"] * 5)
-    assert lines[2] == str([False] * 5 + [True] * 5)
-    assert lines[3] == "{'parrot'}"
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
+    assert telemetry.configured_provider() == (provider, None)  # as a host's provider
+    for _ in range(2):  # cold, then every call a cache hit
+        run_spec(tmp_path / "s.yaml", results_root=tmp_path / "r", cache=tmp_path / "c.db")
+    provider.shutdown()
+    spans = exporter.get_finished_spans()
+    runs = [s for s in spans if s.name == "gradetrail.run"]
+    samples = [s for s in spans if s.name == "gradetrail.sample"]
+    calls = [s for s in spans if s.name == "chat parrot"]
+    assert (len(runs), len(samples), len(calls)) == (2, 10, 10)
+    outcomes = sorted(str((s.attributes or {}).get("gradetrail.outcome")) for s in samples[:5])
+    assert outcomes == ["scored"] * 5
+    hits = [(s.attributes or {}).get("gradetrail.cache_hit") for s in calls]
+    assert hits == [False] * 5 + [True] * 5
+    assert {(c.attributes or {}).get("gen_ai.request.model") for c in calls} == {"parrot"}
