@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gradetrail_lib.cache.claims import process_alive
-from gradetrail_lib.cache.duckdb_file import open_connection
+from gradetrail_lib.cache.duckdb_file import open_connection, schema_changes
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -168,7 +168,7 @@ class BatchStore:
         # Where it is, as messages name it.
         self.where = str(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with self._transaction() as connection:
+        with schema_changes(), self._transaction() as connection:
             connection.execute(SCHEMA)
 
     @contextmanager

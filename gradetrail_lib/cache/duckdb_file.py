@@ -141,6 +141,20 @@ def open_connection(
         _ATTACHMENTS.release(resolved, alias)
 
 
+# Threads of one process share a file's attachment, so their transactions on it run at
+# once, and two that create one table conflict ("Catalog write-write conflict": four
+# threads opening a new cache file at once failed in 14 tries of 20). Schema changes
+# take turns within the process; across processes the file's lock makes them take turns.
+_SCHEMA_CHANGES = threading.Lock()
+
+
+@contextmanager
+def schema_changes() -> Iterator[None]:
+    """Held while this process creates or migrates a file's tables."""
+    with _SCHEMA_CHANGES:
+        yield
+
+
 @contextmanager
 def _interrupt_as_keyboard_interrupt() -> Iterator[None]:
     """A Ctrl-C (SIGINT) that arrives while DuckDB runs a query stops the query, and the

@@ -24,7 +24,7 @@ from typing import Any
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.bursts import CacheWriter
 from gradetrail_lib.cache.claims import FileClaims, claims_path
-from gradetrail_lib.cache.duckdb_file import open_connection
+from gradetrail_lib.cache.duckdb_file import open_connection, schema_changes
 from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
 from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
 from gradetrail_lib.cache.journal import Journal, folder_beside, replay
@@ -180,7 +180,7 @@ class ResponseCache:
         self.where = str(path)
         self.location = str(path.resolve())
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open_connection(path) as connection:
+        with schema_changes(), open_connection(path) as connection:
             connection.execute(SCHEMA.format(table="responses"))
             _drop_key_constraint(connection)
             connection.execute(_ADD_TOOL_CALLS)

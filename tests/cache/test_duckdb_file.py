@@ -10,7 +10,9 @@ import duckdb
 import pytest
 
 from gradetrail_lib.cache.duckdb_file import DatabaseLocked, open_connection
+from gradetrail_lib.cache.responses import ResponseCache
 from gradetrail_lib.errors import GradetrailError
+from tests.support.threads import InThread
 
 COUNT_ROWS = """
 import sys, duckdb
@@ -75,6 +77,29 @@ def test_threads_share_the_file_without_conflict(tmp_path: Path) -> None:
     with open_connection(path) as connection:
         assert connection.execute("SELECT count(*) FROM t").fetchone() == (80,)
     assert count_from_another_process(path).stdout.strip() == "80"
+
+
+def open_cache_and_batches(path: Path, together: threading.Barrier) -> None:
+    """The cache file's tables, then its batches' tables, each at the same moment as the
+    other threads at `together`."""
+    together.wait(timeout=10)
+    cache = ResponseCache(path)
+    together.wait(timeout=10)
+    cache.batch_store()
+
+
+def test_threads_opening_a_new_cache_file_at_once_all_succeed(tmp_path: Path) -> None:
+    """Threads share the file's attachment, so their transactions run at once: the ones
+    creating its tables take turns (two that created a table at once conflicted)."""
+    for attempt in range(10):
+        path = tmp_path / f"c{attempt}.duckdb"
+        together = threading.Barrier(8)
+        opening = [InThread(open_cache_and_batches, path, together) for _ in range(8)]
+        for each in opening:
+            each.join(60)
+    with open_connection(path) as connection:
+        tables = connection.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1")
+        assert [row[0] for row in tables.fetchall()] == ["batch_keys", "batches", "responses"]
 
 
 def test_waits_for_a_plain_connection_of_this_process_then_proceeds(tmp_path: Path) -> None:
