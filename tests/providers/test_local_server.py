@@ -108,7 +108,12 @@ def test_locate_and_identity_of_the_shipped_model() -> None:
 @needs_server
 @pytest.mark.timeout(180)
 def test_real_server_answers_deterministically_and_stops() -> None:
-    with local_server(MODEL) as base_url, httpx.Client(timeout=60, trust_env=False) as client:
+    # One thread: llama.cpp's threads spin while they wait for each other, and on a busy
+    # machine the default two made these three short completions take 10-18 s.
+    with (
+        local_server(MODEL, n_threads=1) as base_url,
+        httpx.Client(timeout=60, trust_env=False) as client,
+    ):
         assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
         port = int(base_url.rsplit(":", 1)[1].split("/")[0])
         pids = _server_pids(port)
