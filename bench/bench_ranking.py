@@ -101,15 +101,17 @@ def _phi(x: np.ndarray) -> np.ndarray:
 
 
 def naive_separations(
-    sheets: list[ScoreSheet], ranking: Ranking, settings: BootstrapSettings
+    sheets: list[ScoreSheet], ranking: Ranking, settings: BootstrapSettings, *, first: bool = False
 ) -> dict[tuple[str, str], str]:
     """Pairs `compare` names a winner for at alpha, unadjusted: the leaderboard's rule
     before step 17 (its interval, `paired_difference`, and its verdict, `paired_verdict`,
     are `compare`'s; the interval is only computed where the test rejects, as a winner
-    needs both)."""
+    needs both). `first`: stop at the first pair named, the smallest p first (the
+    family-wise figure asks only whether any pair is named)."""
     index = {m: i for i, m in enumerate(ranking_labels(len(sheets)))}
     named = {}
-    for pair in ranking.pairs:
+    pairs = sorted(ranking.pairs, key=lambda p: p.p_value) if first else ranking.pairs
+    for pair in pairs:
         if pair.p_value >= ALPHA:
             continue
         samples = paired_samples(sheets[index[pair.a]], sheets[index[pair.b]], "s")
@@ -118,6 +120,8 @@ def naive_separations(
         verdict = paired_verdict(difference.interval, pair.p_value, ALPHA)
         if verdict != "no winner":
             named[(pair.a, pair.b)] = pair.a if verdict == "A" else pair.b
+            if first:
+                break
     return named
 
 
@@ -160,7 +164,7 @@ def run_cell(
         tests.update(ranking.tests)
         adjusted = {(p.a, p.b): p.separated for p in ranking.pairs if p.separated}
         if cell.kind == "fwer":
-            named = naive_separations(sheets, ranking, settings)
+            named = naive_separations(sheets, ranking, settings, first=True)
             hits += bool(adjusted)
             naive_hits += bool(named)
             continue
