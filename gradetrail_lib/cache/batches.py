@@ -29,6 +29,7 @@ from typing import Any
 
 from gradetrail_lib.cache.claims import process_alive
 from gradetrail_lib.cache.duckdb_file import open_connection, schema_changes
+from gradetrail_lib.cache.rollback import roll_back
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -185,7 +186,7 @@ class BatchStore:
                 yield connection
                 connection.execute("COMMIT")
             except BaseException:
-                connection.execute("ROLLBACK")
+                roll_back(connection)
                 raise
 
     def _sql(self, text: str) -> str:

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
+from gradetrail_lib.cache.rollback import roll_back
+
 # How long a claim lives without renewal: the bound on how long a killed claimant holds
 # up the runs waiting for its requests.
 DEFAULT_TTL_S = 30.0
@@ -175,7 +177,7 @@ class FileClaims:
                 yield connection
                 connection.execute("COMMIT")
             except BaseException:
-                connection.execute("ROLLBACK")
+                roll_back(connection)
                 raise
 
     def claim(self, keys: Sequence[str]) -> set[str]:

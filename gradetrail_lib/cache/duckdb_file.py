@@ -138,7 +138,10 @@ def open_connection(
             yield connection
     finally:
         connection.close()
-        _ATTACHMENTS.release(resolved, alias)
+        # Its DETACH is a query too, which a Ctrl-C stops as well (the file stays
+        # attached, as after any DETACH that failed: the next acquire takes it as it is).
+        with _interrupt_as_keyboard_interrupt():
+            _ATTACHMENTS.release(resolved, alias)
 
 
 # Threads of one process share a file's attachment, so their transactions on it run at

@@ -28,6 +28,7 @@ from gradetrail_lib.cache.duckdb_file import open_connection, schema_changes
 from gradetrail_lib.cache.duckdb_rows import Column, insert_rows
 from gradetrail_lib.cache.executions import ExecCache, exec_cache_path
 from gradetrail_lib.cache.journal import Journal, folder_beside, replay
+from gradetrail_lib.cache.rollback import roll_back
 from gradetrail_lib.providers.base import ModelRequest, ModelResponse
 
 __all__ = ["CacheWriter", "ResponseCache"]
@@ -260,7 +261,7 @@ class ResponseCache:
                 insert_rows(connection, "responses", COLUMNS, new)
                 connection.execute("COMMIT")
             except BaseException:
-                connection.execute("ROLLBACK")
+                roll_back(connection)
                 raise
         return len(new)
 
@@ -309,5 +310,5 @@ def _drop_key_constraint(connection: Any) -> None:
         connection.execute("ALTER TABLE responses_log RENAME TO responses")
         connection.execute("COMMIT")
     except BaseException:
-        connection.execute("ROLLBACK")
+        roll_back(connection)
         raise

@@ -382,3 +382,39 @@ def test_answers_taken_from_another_runs_claims_report_progress_as_they_come(
         step.join(30)
         assert not step.is_alive() and server.calls == 0  # every answer the holder's
     assert seen[0] == (0, n) and seen[-1] == (n, n)
+
+
+class _CommitThenCtrlC:
+    """A claims file's connection whose COMMIT goes through and then a Ctrl-C lands, as a
+    SIGINT does when it arrives while SQLite commits: Python raises it once the statement
+    has returned."""
+
+    def __init__(self, real: sqlite3.Connection) -> None:
+        self._real = real
+
+    def execute(self, sql: str, *parameters: object) -> sqlite3.Cursor:
+        cursor = self._real.execute(sql, *parameters)  # type: ignore[arg-type]
+        if sql == "COMMIT":
+            raise KeyboardInterrupt
+        return cursor
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+
+def test_a_ctrl_c_just_after_a_claims_commit_stays_the_interrupt(tmp_path: Path) -> None:
+    """The transaction is over, so ROLLBACK answers "no transaction is active": that error
+    took the interrupt's place, and a run's Ctrl-C ended in a traceback and exit 1 instead
+    of "interrupted" and 130 (test_batch_kill's Ctrl-C test, one time in four on a loaded
+    machine)."""
+    path = claims_path(tmp_path / "c.duckdb")
+    claims = FileClaims(path, ttl_s=600)
+    assert claims.claim(["a"]) == {"a"}  # its connection opened
+    real = claims._connection
+    assert real is not None
+    claims._connection = _CommitThenCtrlC(real)  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        claims.claim(["b"])
+    claims._connection = real
+    # Committed before the interrupt: held, and another claimant does not get it.
+    assert FileClaims(path, ttl_s=600).claim(["b", "c"]) == {"c"}

@@ -248,3 +248,25 @@ def test_a_ctrl_c_during_a_query_is_a_keyboard_interrupt(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.stdout.strip() == "KeyboardInterrupt", done.stderr
+
+
+def test_a_ctrl_c_during_the_detach_after_a_piece_of_work_is_a_keyboard_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Releasing the file ends in a DETACH, a query that a Ctrl-C stops like any other:
+    its RuntimeError("Query interrupted") is the interrupt too (it ended a run's Ctrl-C
+    in a traceback and exit 1, test_batch_kill's Ctrl-C test, on a loaded machine)."""
+    from gradetrail_lib.cache import duckdb_file
+
+    release = duckdb_file._ATTACHMENTS.release
+
+    def interrupted(path: str, alias: str) -> None:
+        release(path, alias)
+        raise RuntimeError("Query interrupted")
+
+    monkeypatch.setattr(duckdb_file._ATTACHMENTS, "release", interrupted)
+    with pytest.raises(KeyboardInterrupt), open_connection(tmp_path / "db.duckdb") as connection:
+        connection.execute("CREATE TABLE t (x INTEGER)")
+    monkeypatch.undo()
+    with open_connection(tmp_path / "db.duckdb", read_only=True) as connection:
+        assert connection.execute("SELECT count(*) FROM t").fetchone() == (0,)
