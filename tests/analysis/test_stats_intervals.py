@@ -4,7 +4,6 @@ the beta-quantile definition of Clopper-Pearson, never against the code's own ou
 import math
 import subprocess
 import sys
-from typing import Any
 
 import numpy as np
 import pytest
@@ -236,61 +235,6 @@ def test_wilson_equals_scipy_over_a_grid() -> None:
                 ci = reference.proportion_ci(confidence_level=confidence, method="wilson")
                 assert ours.low == pytest.approx(float(ci.low), abs=1e-12), (k, n, confidence)
                 assert ours.high == pytest.approx(float(ci.high), abs=1e-12), (k, n, confidence)
-
-
-def scipys_bootstrap(
-    data: tuple[Any, ...], statistic: Any, confidence: float, bca: bool, batch: int, seed: int
-) -> tuple[float, float]:
-    """The reference: scipy.stats.bootstrap as bootstrap_interval called it before
-    `scipy_bootstrap` computed the same thing directly."""
-    import warnings
-
-    from scipy.stats import bootstrap
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = bootstrap(
-            data, statistic, paired=len(data) > 1, confidence_level=confidence,
-            n_resamples=999, method="BCa" if bca else "percentile", vectorized=True,
-            batch=batch, rng=np.random.default_rng(seed),
-        )  # fmt: skip
-    low, high = result.confidence_interval
-    return float(low), float(high)
-
-
-def test_the_bootstrap_is_scipys_to_the_last_bit() -> None:
-    """`scipy_bootstrap` gives scipy.stats.bootstrap's interval exactly: one sample and
-    paired (a cluster's sums and counts), BCa and percentile, small and large samples,
-    skewed, tied and degenerate data (BCa's NaN: one outlier among equal values, all
-    equal), several batches of resamples and of the jackknife."""
-    from gradetrail_lib.analysis.stats.clusters import _ratio
-    from gradetrail_lib.analysis.stats.intervals import mean_of, scipy_bootstrap
-
-    rng = np.random.default_rng(11)
-    cases: list[tuple[tuple[Any, ...], Any, int]] = []
-    for n in (2, 3, 5, 12, 30, 77, 200):
-        cases.append(((rng.random(n),), mean_of, 10_000))
-        cases.append(((rng.beta(0.5, 3.0, n),), mean_of, 10_000))
-        cases.append(((np.round(rng.random(n), 1),), mean_of, 10_000))
-        counts = rng.integers(1, 6, n).astype(float)
-        cases.append(
-            ((rng.binomial(counts.astype(int), 0.7).astype(float), counts), _ratio, 10_000)
-        )
-    cases.append(((np.array([0.0] * 19 + [1.0]),), mean_of, 10_000))  # BCa: NaN
-    cases.append(((np.full(9, 0.5),), mean_of, 10_000))  # every resample equal
-    cases.append(((rng.random(50),), mean_of, 7))  # batches: 143 of resamples, 8 of 50
-    sums, counts = rng.random(40), np.ones(40)
-    cases.append(((sums, counts), _ratio, 13))
-    for index, (data, statistic, batch) in enumerate(cases):
-        for bca in (True, False):
-            for confidence in (0.95, 0.8):
-                seed = index % 3
-                ours = scipy_bootstrap(
-                    data, statistic, confidence=confidence, n_resamples=999, bca=bca,
-                    batch=batch, seed=seed,
-                )  # fmt: skip
-                theirs = scipys_bootstrap(data, statistic, confidence, bca, batch, seed)
-                assert ours == theirs or all(map(math.isnan, (*ours, *theirs))), (index, bca)
 
 
 def test_a_run_summary_imports_neither_scipy_nor_numpy() -> None:

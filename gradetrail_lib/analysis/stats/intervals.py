@@ -1,13 +1,11 @@
 """Confidence intervals: a proportion (Wilson, or exact Clopper-Pearson) and a mean
 (bootstrap). Every estimate carries its n.
 
-The arithmetic is scipy's (`binomtest(...).proportion_ci`, `bootstrap`), with two
-exceptions. The Wilson interval is the closed form scipy itself evaluates, written out
-with the standard library's normal quantile: importing scipy.stats costs more than the
+The arithmetic is scipy's (`binomtest(...).proportion_ci`, `bootstrap`), with one
+exception: the Wilson interval is the closed form scipy itself evaluates, written out
+with the standard library's normal quantile. Importing scipy.stats costs more than the
 whole CLI's start-up (docs/performance.md), and `gradetrail run` prints a Wilson interval
 after every run; tests hold the two equal to 1e-12 over a grid of k, n and confidence.
-And the bootstrap is scipy's `bootstrap` computed as it computes it (`scipy_bootstrap`),
-without the checks that cost half of each call; tests hold the two equal to the last bit.
 scipy is imported only where it is needed (exact intervals, bootstraps, McNemar; a run
 with repeats, whose intervals resample cases: `stats.clusters`).
 
@@ -442,140 +440,39 @@ def bootstrap_interval(
     bounds: tuple[float, float],
     settings: BootstrapSettings,
 ) -> Interval:
-    """scipy's bootstrap of a vectorized `statistic(*samples, axis)` (`scipy_bootstrap`);
-    several samples are resampled together (paired: row i of each is one unit, e.g. one
-    case's sum and count)."""
+    """scipy's bootstrap of a vectorized `statistic(*samples, axis)`; several samples are
+    resampled together (paired: row i of each is one unit, e.g. one case's sum and count)."""
     import numpy as np
+    from scipy.stats import bootstrap
 
     data = tuple(np.asarray(values, dtype=float) for values in samples)
     size = len(data[0])
     methods = ["BCa", "percentile"] if size <= settings.bca_max_n else ["percentile"]
     low = high = math.nan
-    check_confidence(confidence)
     for name in methods:
         with warnings.catch_warnings():
             # BCa warns (and returns NaN) on data it cannot correct, e.g. a single
             # outlier among equal values; the percentile method is the fallback.
             warnings.simplefilter("ignore")
-            low, high = scipy_bootstrap(
+            result = bootstrap(
                 data,
                 statistic,
-                confidence=confidence,
+                paired=len(data) > 1,
+                confidence_level=check_confidence(confidence),
                 n_resamples=settings.n_resamples,
-                bca=name == "BCa",
+                method=name,
+                vectorized=True,
                 # Resamples are n floats per sample; batching bounds memory at ~40 MB.
                 batch=max(1, 5_000_000 // (size * len(data))),
-                seed=settings.seed,
+                rng=np.random.default_rng(settings.seed),
             )
+        low, high = (float(x) for x in result.confidence_interval)
         if math.isfinite(low) and math.isfinite(high):
             break
     # Resampled means cannot leave the range, but float sums can by an ulp; and were
     # both methods to give NaN, max/min with NaN yield the whole range: honest, if wide.
     lo, hi = bounds
     return Interval(max(lo, low), min(hi, high), confidence, f"bootstrap-{name.lower()}")
-
-
-def scipy_bootstrap(
-    data: tuple[Any, ...],
-    statistic: Any,
-    *,
-    confidence: float,
-    n_resamples: int,
-    bca: bool,
-    batch: int,
-    seed: int,
-) -> tuple[float, float]:
-    """The two-sided interval `scipy.stats.bootstrap(data, statistic, paired=len(data) >
-    1, method="BCa" if bca else "percentile", vectorized=True, rng=default_rng(seed))`
-    gives, computed as scipy 1.17 computes it: the same resamples drawn in the same
-    batches, BCa's bias and acceleration (the jackknife), and `stats.quantile`'s linear
-    interpolation. scipy's checks and broadcasting cost more than the resampling at
-    999 resamples (2 of 4 ms a call), and the coverage simulations run thousands;
-    tests/analysis/test_stats_intervals.py holds the two equal to the last bit, the
-    degenerate cases (NaN, then the percentile fallback) and batches included."""
-    import numpy as np
-    from scipy.special import ndtr, ndtri
-
-    n = data[0].shape[-1]
-    if any(sample.shape[-1] <= 1 for sample in data):
-        raise ValueError("each sample in `data` must contain two or more observations")
-    if any(sample.shape[-1] != n for sample in data):
-        raise ValueError("paired samples must have the same length")
-    if len(data) > 1:
-        # Paired: scipy resamples the units' indices and reads every sample at them.
-        def resampled(i: Any, axis: int = -1) -> Any:
-            return statistic(*(sample[..., i] for sample in data), axis=axis)
-
-        sample, stat = np.arange(n), resampled
-    else:
-        sample, stat = data[0], statistic
-    rng = np.random.default_rng(seed)
-    parts = []
-    for start in range(0, n_resamples, batch):
-        indices = rng.integers(0, n, (min(batch, n_resamples - start), n))
-        parts.append(stat(sample[..., indices], axis=-1))
-    theta_b = np.concatenate(parts, axis=-1)
-    alpha = np.asarray((1 - confidence) / 2, dtype=float)
-    if bca:
-        points = _bca_points(sample, stat, theta_b, float(alpha), batch, ndtr, ndtri)
-    else:
-        points = (alpha, 1 - alpha)
-    # stats.quantile, method "linear" (Hyndman and Fan's 7th), over the sorted values.
-    ordered = np.sort(theta_b, axis=-1)
-    count = float(ordered.shape[-1])
-    ends = []
-    for p in points:
-        p = np.asarray(p, dtype=float).reshape(())
-        if np.isnan(ordered).any() or p > 1 or p < 0 or np.isnan(p):
-            ends.append(math.nan)
-            continue
-        jg = p * count + (1 - p)
-        jp1 = jg // 1
-        j = jp1 - 1
-        g = jg % 1
-        if j < 0:
-            g = g * 0
-        below = ordered[int(np.clip(j, 0.0, count - 1))]
-        above = ordered[int(np.clip(jp1, 0.0, count - 1))]
-        ends.append(float((1 - g) * below + g * above))
-    return ends[0], ends[1]
-
-
-def _bca_points(
-    sample: Any, stat: Any, theta_b: Any, alpha: float, batch: int, ndtr: Any, ndtri: Any
-) -> tuple[Any, Any]:
-    """BCa's two quantile levels, as scipy's `_bca_interval` (Efron and Tibshirani 1993,
-    14.3 and 15.4): the bias from the share of resampled statistics below the
-    observed one, the acceleration from the jackknife (left-one-out) statistics."""
-    import numpy as np
-
-    theta_hat = np.expand_dims(stat(sample, axis=-1), axis=-1)
-    resamples = theta_b.shape[-1]
-    below = np.count_nonzero(theta_b < theta_hat, axis=-1) + np.count_nonzero(
-        theta_b <= theta_hat, axis=-1
-    )
-    percentile = np.asarray(np.asarray(below).astype(theta_hat.dtype) / (2 * resamples))
-    z0 = ndtri(percentile)
-    n = sample.shape[-1]
-    parts = []
-    for start in range(0, n, batch):
-        rows = min(batch, n - start)
-        keep = np.ones((rows, n), dtype=bool)
-        np.fill_diagonal(keep[:, start : start + rows], False)
-        left_out = np.broadcast_to(np.arange(n), (rows, n))[keep].reshape((rows, n - 1))
-        parts.append(stat(sample[..., left_out], axis=-1))
-    theta_i = np.concatenate(parts, axis=-1)
-    units = float(theta_i.shape[-1])
-    u = (units - 1) * (np.mean(theta_i, axis=-1, keepdims=True) - theta_i)
-    numerator = [np.sum(u**3, axis=-1) / units**3]
-    denominator = [np.sum(u**2, axis=-1) / units**2]
-    # Equal jackknife values divide 0 by 0: NaN, and the caller falls back.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a_hat = 1 / 6 * sum(numerator) / sum(denominator) ** (3 / 2)
-        z_alpha = float(ndtri(alpha))
-        low = z0 + z_alpha
-        high = z0 - z_alpha
-        return ndtr(z0 + low / (1 - a_hat * low)), ndtr(z0 + high / (1 - a_hat * high))
 
 
 def mean_estimate(
