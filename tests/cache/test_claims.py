@@ -5,6 +5,7 @@ waiting for another's claim waits no longer than that request; a claimant killed
 holds the others up no longer than the claims' time to live (on a DuckDB file's machine,
 not even that: its process is seen gone)."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from contextlib import closing
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -20,12 +22,15 @@ import pytest
 from gradetrail_lib import run_spec
 from gradetrail_lib.cache.claims import DEFAULT_TTL_S, POLL_S, Claims, FileClaims, claims_path
 from gradetrail_lib.cache.location import open_cache, parse_location
+from gradetrail_lib.engine.api import RunHooks, RunRequest, run_request
 from gradetrail_lib.engine.plan import plan
+from gradetrail_lib.engine.responses import Progress
 from gradetrail_lib.spec.spec import load_spec
 from tests.cache.conftest import direct
 from tests.conftest import read_results, start_cli_process, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, Fault, last_user_message
 from tests.support.plans import whole
+from tests.support.threads import InThread
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,7 +43,20 @@ def claims_held(location: str) -> int:
     if not claims_path(path).exists():
         return 0
     with closing(sqlite3.connect(claims_path(path))) as connection:
+        tables = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'claims'"
+        if connection.execute(tables).fetchone()[0] == 0:
+            return 0  # a run made the file a moment ago, and not yet its table
         return int(connection.execute("SELECT count(*) FROM claims").fetchone()[0])
+
+
+def run_span(results_root: Path) -> tuple[datetime, datetime]:
+    """When the run under `results_root` started and finished (its manifest)."""
+    (run_dir,) = [p for p in results_root.iterdir() if not p.name.startswith(".")]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    return (
+        datetime.fromisoformat(manifest["started_at"]),
+        datetime.fromisoformat(manifest["finished_at"]),
+    )
 
 
 def claims_of(location: str, ttl_s: float) -> Claims:
@@ -62,11 +80,69 @@ def start_run(
     )  # fmt: skip
 
 
-def wait_for_claims(location: str, n: int, run: "subprocess.Popen[str]") -> None:
+def wait_for_claims(location: str, n: int, run: "subprocess.Popen[str] | InThread") -> None:
     deadline = time.monotonic() + 120
     while claims_held(location) != n:
-        assert run.poll() is None and time.monotonic() < deadline, "no claims taken"
-        time.sleep(0.1)
+        alive = run.is_alive() if isinstance(run, InThread) else run.poll() is None
+        assert alive and time.monotonic() < deadline, "no claims taken"
+        time.sleep(0.05)
+
+
+# `gradetrail run` in a process of its own that makes its imports (a second or more of
+# CPU) first, says so, and starts when told, so that the processes and the threads of a
+# test start their runs at one moment.
+GATED_CLI = """
+import sys
+from gradetrail_lib.cli import main
+print("ready", flush=True)
+sys.stdin.readline()
+sys.exit(main())
+"""
+
+
+def run_together(
+    spec: Path, tmp_path: Path, location: str, processes: int, threads: int, concurrency: int = 8
+) -> None:
+    """`processes` CLI runs and `threads` in-process runs (`run_spec`) of `spec` on the
+    cache at `location`, started at one moment (the threads once every process is ready),
+    each under `tmp_path / r<i>`; each must succeed. A thread needs no process of its own
+    (the claims are an owner's, one per run and step), and no start-up; the processes
+    keep the runs of separate processes, as on a shared machine."""
+    command = [sys.executable, "-c", GATED_CLI, "run", str(spec), "--concurrency", str(concurrency)]
+    env = {**os.environ, "GRADETRAIL_CACHE": location}
+    started = [
+        subprocess.Popen(
+            [*command, "--results", str(tmp_path / f"r{i}")],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(processes)
+    ]
+    for proc in started:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n", proc.communicate()
+    for proc in started:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    in_threads = [
+        InThread(
+            run_spec,
+            spec,
+            results_root=tmp_path / f"r{processes + i}",
+            cache=location,
+            concurrency=concurrency,
+        )
+        for i in range(threads)
+    ]
+    for proc in started:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+    for run in in_threads:
+        run.join(240)
 
 
 def test_four_runs_started_together_on_an_empty_cache_send_each_request_once(
@@ -74,15 +150,16 @@ def test_four_runs_started_together_on_an_empty_cache_send_each_request_once(
 ) -> None:
     n, runs = 100, 4
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
-    with FakeLLMServer(latency_s=0.2) as server:
+    # 100 requests of 0.1 s, 8 at a time: the run that claims them sends for 1.25 s.
+    with FakeLLMServer(latency_s=0.1) as server:
         spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
-        started = [
-            start_run(spec, tmp_path / f"r{i}", cache_location, tmp_path) for i in range(runs)
-        ]
-        for proc in started:
-            out, err = proc.communicate(timeout=240)
-            assert proc.returncode == 0, err
+        # One run in a process of its own (two processes share the cache), three in
+        # threads of this one.
+        run_together(spec, tmp_path, cache_location, processes=1, threads=runs - 1)
         sent = [last_user_message(r["body"]) for r in server.requests]
+    # Together: every run started (before its lookup) before any had finished.
+    spans = [run_span(tmp_path / f"r{i}") for i in range(runs)]
+    assert max(s for s, _ in spans) < min(f for _, f in spans), spans
     assert len(set(sent)) == n
     ratio = len(sent) / n
     store = "Postgres" if parse_location(cache_location).path is None else "DuckDB file"
@@ -102,7 +179,10 @@ def test_four_runs_started_together_on_an_empty_cache_send_each_request_once(
 def test_a_run_waiting_for_anothers_claims_waits_no_longer_than_its_requests(
     tmp_path: Path, cache_location: str
 ) -> None:
-    n, latency_s = 6, 4.0
+    # The first run's requests take 2 s: long enough that the second run (started once
+    # they are claimed) looks them up before they are answered, and short against the
+    # claims' time to live (30 s), which a run waiting for them to lapse would take.
+    n, latency_s = 6, 2.0
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
     open_cache(cache_location)
     with FakeLLMServer(latency_s=latency_s) as server:
@@ -153,6 +233,17 @@ def test_a_claimant_killed_with_minus_9_is_taken_over_within_the_bound(
     assert claims_held(cache_location) == 0
 
 
+class LookedUp(RunHooks):
+    """Set once the run's responses step has looked its requests up in the cache (its
+    first progress), the moment before it claims the ones it found missing."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def progress(self, label: str) -> Progress:
+        return lambda done, total: self.event.set()
+
+
 def test_a_request_released_without_an_answer_is_sent_by_the_run_waiting_for_it(
     tmp_path: Path, cache_location: str
 ) -> None:
@@ -165,14 +256,17 @@ def test_a_request_released_without_an_answer_is_sent_by_the_run_waiting_for_it(
         # Held as by a run whose calls are failing: it stores no answer.
         holder = claims_of(cache_location, DEFAULT_TTL_S)
         assert holder.claim(keys) == set(keys)
-        waiter = start_run(spec, tmp_path / "waiter", cache_location, tmp_path)
-        time.sleep(3)
-        assert waiter.poll() is None and server.calls == 0  # waiting for the holder's answers
+        # The waiter needs no process of its own: a thread, which starts at once.
+        looked_up = LookedUp()
+        request = RunRequest(spec=spec, results_root=tmp_path / "waiter", cache=cache_location)
+        waiter = InThread(run_request, request, looked_up)
+        assert looked_up.event.wait(60)
+        time.sleep(1.0)  # four looks (POLL_S) at the holder's claims
+        assert waiter.is_alive() and server.calls == 0  # waiting for the holder's answers
         released_at = time.monotonic()
         holder.release()
-        _, err = waiter.communicate(timeout=60)
+        waiter.join(60)
         waited = time.monotonic() - released_at
-        assert waiter.returncode == 0, err
         assert server.calls == n  # the waiter claimed them and sent them
     assert waited <= 5, waited
     records = read_results(tmp_path / "waiter")
@@ -183,19 +277,22 @@ def test_a_request_released_without_an_answer_is_sent_by_the_run_waiting_for_it(
 def test_a_failed_requests_claim_is_released_at_its_failure_not_at_its_steps_end(
     tmp_path: Path, cache_location: str
 ) -> None:
-    n, latency_s, fails_after_s = 10, 1.5, 2.5
+    n, latency_s, fails_after_s = 10, 0.75, 1.25
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
     open_cache(cache_location)
     with FakeLLMServer(latency_s=latency_s) as server:
-        # The first call is answered 400 (not retried) after 2.5 s, while the first run's
-        # step has 9 more requests of 1.5 s to send two at a time: about 6 s more.
+        # The first call is answered 400 (not retried) after 1.25 s, while the first run's
+        # step has 9 more requests of 0.75 s to send two at a time: about 3 s more, its
+        # last sent 2.25 s after the failure.
         server.script = [Fault(status=400, delay_s=fails_after_s)]
         spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
-        first = start_run(spec, tmp_path / "first", cache_location, tmp_path, concurrency=2)
+        # Neither run needs a process of its own: the first is a thread of this one.
+        first = InThread(
+            run_spec, spec, results_root=tmp_path / "first", cache=cache_location, concurrency=2
+        )
         wait_for_claims(cache_location, n, first)
         run_spec(spec, results_root=tmp_path / "second", cache=cache_location)
-        _, err = first.communicate(timeout=60)
-        assert first.returncode == 0, err
+        first.join(60)
         sent = server.requests
     (failed,) = [r for r in sent if r["fault"] is not None]
     failed_at = failed["received_at"] + fails_after_s
@@ -290,25 +387,6 @@ def test_a_file_claim_whose_process_is_gone_is_taken_over_before_it_lapses(
     assert FileClaims(path, ttl_s=600).claim(keys) == set(keys[1:])  # the live one's stays
 
 
-def run_together(
-    spec: Path, tmp_path: Path, location: str, runs: int, env: dict[str, str] | None = None
-) -> None:
-    started = [
-        start_cli_process(
-            "run",
-            str(spec),
-            "--results",
-            str(tmp_path / f"r{i}"),
-            cwd=tmp_path,
-            env={"GRADETRAIL_CACHE": location, **(env or {})},
-        )  # fmt: skip
-        for i in range(runs)
-    ]
-    for proc in started:
-        _, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err
-
-
 def test_two_runs_with_a_judge_at_once_pay_each_judge_request_once(
     tmp_path: Path, cache_location: str
 ) -> None:
@@ -318,7 +396,7 @@ def test_two_runs_with_a_judge_at_once_pay_each_judge_request_once(
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
     with FakeLLMServer(responder=grading_responder, latency_s=0.1) as server:
         spec = write_judged_spec(tmp_path, f"{server.base_url}/v1")
-        run_together(spec, tmp_path, cache_location, 2)
+        run_together(spec, tmp_path, cache_location, processes=0, threads=2)
         calls = calls_by_model(server)
     print(f"two judged runs at once: {calls} for {n} samples")
     assert calls == {"fake-1": n, "judge-1": n}
@@ -328,12 +406,15 @@ def test_two_runs_with_a_judge_at_once_pay_each_judge_request_once(
     assert claims_held(cache_location) == 0
 
 
-def test_two_agent_runs_at_once_pay_each_step_once(tmp_path: Path, cache_location: str) -> None:
+def test_two_agent_runs_at_once_pay_each_step_once(
+    tmp_path: Path, cache_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.agents.test_agent import agent, project
 
+    monkeypatch.setenv("GT_KEY", "sk-fake-not-a-secret")
     with FakeLLMServer(responder=agent, latency_s=0.2) as server:
         spec = project(tmp_path, f"{server.base_url}/v1")
-        run_together(spec, tmp_path, cache_location, 2, env={"GT_KEY": "sk-fake-not-a-secret"})
+        run_together(spec, tmp_path, cache_location, processes=0, threads=2)
         sent = server.calls
     assert sent == 2 + 2 + 2 + 2 + 2 + 3  # each case's steps, as one run alone sends them
     for i in range(2):
