@@ -130,6 +130,26 @@ def test_order_of_requests_does_not_change_a_figure() -> None:
         assert abs(a - b) < 1e-3
 
 
+def test_rows_held_without_their_logits_are_evaluated_again(direct) -> None:
+    """A context's own rows are not computed; a later text whose continuation starts
+    inside that held context (its tokens already in the KV cache) has them computed
+    rather than read stale, and the text after it reuses what is valid."""
+    from gradetrail_lib.providers.local_loglikelihood import evaluator
+
+    model = evaluator("smollm2-135m")
+    cases = [
+        (CONTEXT + " cellular", " telephone"),  # the rows of CONTEXT's tokens: none
+        (CONTEXT, " cellular telephone"),  # needs them, its tokens all held
+        (CONTEXT, " television"),  # rows from the context's last token: all valid now
+        ("Question:", " Which technology"),  # a continuation inside the held text again
+    ]
+    for context, continuation in cases:
+        got = model.score(context, continuation)
+        want, tokens, greedy = reference(direct, context, continuation)
+        assert abs(got.loglikelihood - want) < 1e-3, (context, continuation, got, want)
+        assert (got.tokens, got.is_greedy) == (tokens, greedy)
+
+
 def test_too_long_a_text_is_refused() -> None:
     from gradetrail_lib.providers.base import ProviderError
     from gradetrail_lib.providers.local_loglikelihood import evaluator
