@@ -54,6 +54,8 @@ BATCH_MODES: tuple[BatchMode, ...] = ("off", "all", "targets")
 # 5xx, a dropped connection).
 SUBMIT_TRIES = 4
 READ_TRIES = 4
+# The wait before the second try, doubled before each next one.
+RETRY_WAIT_S = 1.0
 
 
 def parse_batch_mode(text: str | bool | None) -> BatchMode:
@@ -323,7 +325,7 @@ class BatchSender:
         before asking the provider whether the failed try reached it after all."""
         import httpx
 
-        wait = 1.0
+        wait = RETRY_WAIT_S
         for attempt in range(1, SUBMIT_TRIES + 1):
             try:
                 return api.submit(conn, lines, record.submission)
@@ -482,7 +484,7 @@ class BatchSender:
             self.store.read(flight.record.submission, outcomes)
             self._open.pop(flight.record.submission, None)
             return []
-        wait = 1.0
+        wait = RETRY_WAIT_S
         for attempt in range(1, READ_TRIES + 1):
             try:
                 for result in _results(flight):

@@ -3,6 +3,7 @@ GRADETRAIL_NIGHTLY_BATCH=0), the resource's setting or the run's tag sends the
 `responses` step's misses (and the judges' in `scores`) as batches, its batch ids logged,
 and a re-materialization after a failed wait resumes the recorded batches."""
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,11 +122,15 @@ def test_the_resources_setting_targets_batches_the_targets_only(
 def test_a_rematerialization_after_a_failed_wait_resumes_the_recorded_batch(
     tmp_path: Path, instance: dg.DagsterInstance, server: FakeLLMServer
 ) -> None:
-    server.batches.delay_s = 1.5
+    server.batches.delay_s = 60.0  # still running at the timeout, however loaded the machine
     defs = defs_for(tmp_path, server, batch_timeout_s=0.3)
     failed = materialize(defs, instance, tmp_path, {BATCH_TAG: "all"})
     assert not failed.success
     assert len(server.batches.batches) == 1
+    # The provider finishes it 0.3 s from now, as the re-materialization waits on it (or
+    # before); the judges' batch to come takes 0.1 s.
+    (pending,) = server.batches.batches.values()
+    pending.ends = time.time() + 0.3
     server.batches.delay_s = 0.1
     resumed = materialize(defs_for(tmp_path, server), instance, tmp_path, {BATCH_TAG: "all"})
     assert resumed.success

@@ -1,7 +1,11 @@
 """`run --batch` killed with SIGKILL at each stage (after the provider took the batch but
 before the run recorded its id, while polling, while downloading the results), then run
 again; and two processes on one cache at once. Each time: no custom_id is ever
-submitted twice, and every answer ends in the cache."""
+submitted twice, and every answer ends in the cache.
+
+The run that is killed (or interrupted) has a process of its own; the run again after it
+goes in this process (`run_cli`), which saves a process's start-up per test: it only has
+to find what the dead process left, and its owner is gone either way."""
 
 import signal
 import subprocess
@@ -13,7 +17,7 @@ import pytest
 
 from gradetrail_lib.cache.batches import BatchStore
 from gradetrail_lib.cache.responses import ResponseCache
-from tests.conftest import read_results, start_cli_process
+from tests.conftest import read_results, run_cli, start_cli_process
 from tests.support.batch_runs import N, project, serve_batches
 from tests.support.fake_llm_server import FakeLLMServer
 
@@ -31,11 +35,21 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
         yield srv
 
 
-def start(tmp_path: Path, spec: Path, results: str = "results") -> subprocess.Popen[str]:
-    return start_cli_process(
+def arguments(tmp_path: Path, spec: Path, results: str = "results") -> list[str]:
+    return [
         "run", str(spec), "--cache", str(tmp_path / "c.duckdb"),
-        "--results", str(tmp_path / results), cwd=tmp_path, env=ENV,
-    )  # fmt: skip
+        "--results", str(tmp_path / results),
+    ]  # fmt: skip
+
+
+def start(tmp_path: Path, spec: Path, results: str = "results") -> subprocess.Popen[str]:
+    return start_cli_process(*arguments(tmp_path, spec, results), cwd=tmp_path, env=ENV)
+
+
+def run_again(tmp_path: Path, spec: Path) -> None:
+    """The same command again, in this process, to its end."""
+    result = run_cli(*arguments(tmp_path, spec), cwd=tmp_path, env=ENV)
+    assert result.returncode == 0, result.stderr
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -86,7 +100,7 @@ def test_killed_after_the_provider_took_the_batch_before_its_id_was_recorded(
     assert recorded(tmp_path) == [(None, "claimed")]
     server.batches.hold_create_s = 0
     server.batches.delay_s = 0.1
-    finish(start(tmp_path, spec))
+    run_again(tmp_path, spec)
     # Found by its claim (OpenAI: the batch's metadata; Anthropic: by listing), not resent.
     (found, _judge) = BatchStore(tmp_path / "c.duckdb").all()
     assert found.batch_id == next(iter(server.batches.batches))
@@ -103,7 +117,7 @@ def test_killed_while_polling(tmp_path: Path, server: FakeLLMServer) -> None:
     kill(process)
     server.batches.end_running()
     server.batches.delay_s = 0.1  # the judges' batch to come
-    finish(start(tmp_path, spec))
+    run_again(tmp_path, spec)
     assert_paid_once_and_cached(tmp_path, server)
 
 
@@ -114,7 +128,7 @@ def test_killed_while_downloading_the_results(tmp_path: Path, server: FakeLLMSer
     wait_for(lambda: server.batches.results_started == 1, "the results' download")
     kill(process)
     server.batches.results_delay_s = 0
-    finish(start(tmp_path, spec))
+    run_again(tmp_path, spec)
     assert_paid_once_and_cached(tmp_path, server)
 
 
@@ -123,8 +137,13 @@ def test_two_processes_on_one_cache_submit_each_request_once(
     server: FakeLLMServer,
 ) -> None:
     spec = project(tmp_path, server.base_url)
+    # The targets' batch takes 1 s: the window in which the second process, started
+    # with the first, comes to the same requests. Both then wait on it and go on to the
+    # judges within a poll (0.1 s) of each other: half a second covers that.
     server.batches.delay_s = 1.0
     first, second = start(tmp_path, spec, "results"), start(tmp_path, spec, "results2")
+    wait_for(lambda: len(server.batches.batches) >= 1, "the targets' batch")
+    server.batches.delay_s = 0.5
     finish(first)
     finish(second)
     assert_paid_once_and_cached(tmp_path, server)
@@ -147,5 +166,5 @@ def test_ctrl_c_while_polling_leaves_the_batch_running_and_says_so(
     assert server.batches.batches[batch_id].cancelled_at is None
     server.batches.batches[batch_id].ends = time.time()  # the provider finishes it
     server.batches.delay_s = 0.1  # and the judges' batch to come
-    finish(start(tmp_path, spec))
+    run_again(tmp_path, spec)
     assert_paid_once_and_cached(tmp_path, server)

@@ -4,11 +4,13 @@ re-run, an error row, an expired batch and a request whose provider has no batch
 each go the way the issue says. The killed-process cases are in test_batch_kill.py."""
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gradetrail_lib.backends import batch as batch_backend
 from gradetrail_lib.backends import build_backend
 from gradetrail_lib.backends.batch import BatchesPending, BatchMode, BatchOptions
 from gradetrail_lib.cache.batches import BatchStore
@@ -203,13 +205,17 @@ def test_past_the_batch_timeout_the_run_stops_and_a_rerun_resumes_the_batch(
     tmp_path: Path, server: FakeLLMServer
 ) -> None:
     spec = project(tmp_path, server.base_url)
-    server.batches.delay_s = 1.0
+    server.batches.delay_s = 60.0  # still running at the timeout, however loaded the machine
     with pytest.raises(BatchesPending, match="keep running"):
         run(tmp_path, spec, "all", timeout_s=0.2)
     assert len(server.batches.batches) == 1
     assert not (tmp_path / "results").exists() or not any(
         p for p in (tmp_path / "results").iterdir() if not p.name.startswith(".")
     )
+    # The provider finishes it 0.3 s from now, as the re-run waits on it (or before).
+    (pending,) = server.batches.batches.values()
+    pending.ends = time.time() + 0.3
+    server.batches.delay_s = 0.1  # and the judges' batch to come
     done = run(tmp_path, spec, "all")
     assert [b.api for b in server.batches.batches.values()] == ["anthropic", "openai"]
     assert len(server.batches.submitted) == len(set(server.batches.submitted)) == 2 * N
@@ -254,7 +260,7 @@ def test_the_cli_runs_by_batch_lists_the_batches_and_cancels_one(
     store = BatchStore(cache)
     result = run_cli(
         "run", str(spec), "--cache", str(tmp_path / "other.duckdb"), "--batch",
-        "--batch-timeout", "1s", "--results", str(tmp_path / "results2"), cwd=tmp_path,
+        "--batch-timeout", "0.2s", "--results", str(tmp_path / "results2"), cwd=tmp_path,
         env={"GRADETRAIL_BATCH_POLL_S": "0.05"},
     )  # fmt: skip
     assert result.returncode == 1 and "keep running" in result.stderr
@@ -295,16 +301,20 @@ def test_a_run_in_parts_submits_every_parts_targets_before_waiting(
     tmp_path: Path, server: FakeLLMServer
 ) -> None:
     spec = project(tmp_path, server.base_url)
-    server.batches.delay_s = 0.5
+    # The targets' batches take 0.5 s each; the judges' after them, the fixture's 0.1 s
+    # (when they start is not what this test is about).
+    target_delay = 0.5
+    server.batches.delays = [target_delay] * 3
     done = run(tmp_path, spec, "all", batch_samples=2)
     batches = list(server.batches.batches.values())
     # Three parts of two samples: the targets' three batches first, at once; then each
     # part's judging, once its targets are back.
     assert [b.api for b in batches] == ["anthropic"] * 3 + ["openai"] * 3
     targets = batches[:3]
+    assert [round(b.ends - b.created, 3) for b in targets] == [target_delay] * 3
     # In turn, the third would be created at least two delays after the first.
     spread = targets[-1].created - targets[0].created
-    assert spread < 2 * server.batches.delay_s, "the parts' batches wait in turn"
+    assert spread < 2 * target_delay, "the parts' batches wait in turn"
     assert len(server.batches.submitted) == len(set(server.batches.submitted)) == 2 * N
     assert all(r.outcome == "scored" for r in done.records)
 
@@ -363,8 +373,11 @@ def test_run_spec_takes_batch_and_refuses_it_without_the_cache(
 
 
 def test_a_poll_or_a_download_that_fails_transiently_is_tried_again(
-    tmp_path: Path, server: FakeLLMServer
+    tmp_path: Path, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A failed download is tried again after 10 ms, then 20 ms (not 1 s, then 2 s): that
+    # it is tried again is the point here.
+    monkeypatch.setattr(batch_backend, "RETRY_WAIT_S", 0.01)
     server.batches.status_errors = 3
     server.batches.results_errors = 2
     done = run(tmp_path, project(tmp_path, server.base_url), "all")

@@ -17,6 +17,8 @@ Each request is answered as the synchronous endpoint would answer it (the server
 responder, `_completion_reply`). Knobs (change them between batches):
 
 * ``delay_s``: a batch processes for this long after it is created;
+* ``delays``: a list consumed one per new batch: that batch's ``delay_s`` instead (the
+  batches after the list's end take ``delay_s``);
 * ``error_for(body) -> str | None``: a request's error message (the request fails alone);
 * ``expire_after``: a list consumed one per new batch: that batch expires after running
   only its first N requests (None in the list: it does not);
@@ -82,6 +84,7 @@ class FakeBatches:
     def __init__(self, server: FakeLLMServer) -> None:
         self.server = server
         self.delay_s = 0.0
+        self.delays: list[float] = []
         self.error_for: Callable[[dict[str, Any]], str | None] | None = None
         self.expire_after: list[int | None] = []
         self.hold_create_s = 0.0
@@ -138,12 +141,13 @@ class FakeBatches:
 
     def _create(self, api: str, lines: list[dict[str, Any]], metadata: dict[str, str]) -> FakeBatch:
         now = time.time()
+        delay = self.delays.pop(0) if self.delays else self.delay_s
         batch = FakeBatch(
             id=self._new_id("batch_" if api == "openai" else "msgbatch_"),
             api=api,
             lines=lines,
             created=now,
-            ends=now + self.delay_s,
+            ends=now + delay,
             metadata=metadata,
             expire_after=self.expire_after.pop(0) if self.expire_after else None,
         )
