@@ -326,14 +326,13 @@ def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return done
 
 
-_RUN = textwrap.dedent(
-    """
-    import os, sys
-    from datetime import UTC, datetime
-    from gradetrail_lib.telemetry import spans as telemetry
-    from gradetrail_lib.providers.registry import ModelConfig
-    from tests.support.traces import manifest, record
+_RUN_BODY = """
+from datetime import UTC, datetime
+from gradetrail_lib.telemetry import spans as telemetry
+from gradetrail_lib.providers.registry import ModelConfig
+from tests.support.traces import manifest, record
 
+def run():
     spans = telemetry.start_run(
         "capitals", ModelConfig(provider="openai", name="gpt-4o-mini"), datetime.now(UTC)
     )
@@ -341,14 +340,31 @@ _RUN = textwrap.dedent(
         spans.records([record(f"q{batch}-{i}", 1.0) for i in range(5)])
     spans.end(manifest(spec_name="capitals"))
     print(type(spans).__name__, "opentelemetry" in sys.modules, flush=True)
-    os._exit(0)  # no atexit hooks: what was exported, end() exported
-    """
+"""
+# A run of 4 batches of 5 records, in a fresh process. os._exit: no atexit hooks, so what
+# was exported, end() exported.
+_RUN = "import os, sys\n" + _RUN_BODY + "run()\nos._exit(0)\n"
+# The same run unconfigured, then configured for the console exporter (the variable set
+# in the process: start_run reads the environment each time).
+_UNCONFIGURED_THEN_CONSOLE = (
+    "import os, sys\n"
+    + _RUN_BODY
+    + "run()\nos.environ['OTEL_TRACES_EXPORTER'] = 'console'\nrun()\nos._exit(0)\n"
 )
 
 
-def test_unconfigured_imports_no_opentelemetry() -> None:
-    done = _python(_RUN, _clean_env())
-    assert done.stdout.split() == ["_NoSpans", "False"]
+@pytest.fixture(scope="module")
+def unconfigured_then_console() -> subprocess.CompletedProcess[str]:
+    """One fresh process for two tests: its first run's imports (unconfigured), then the
+    console exporter's output (its second run)."""
+    return _python(_UNCONFIGURED_THEN_CONSOLE, _clean_env())
+
+
+def test_unconfigured_imports_no_opentelemetry(
+    unconfigured_then_console: subprocess.CompletedProcess[str],
+) -> None:
+    first = unconfigured_then_console.stdout.splitlines()[0]
+    assert first.split() == ["_NoSpans", "False"]
 
 
 def test_a_host_applications_provider_gets_the_spans() -> None:
@@ -445,9 +461,11 @@ def test_otlp_export_configured_by_the_environment(collector, variable: str) -> 
     assert "dropping" not in done.stderr.lower()
 
 
-def test_console_exporter_writes_to_stderr() -> None:
-    done = _python(_RUN, _clean_env(OTEL_TRACES_EXPORTER="console"))
-    assert done.stdout.split() == ["_Spans", "True"]
+def test_console_exporter_writes_to_stderr(
+    unconfigured_then_console: subprocess.CompletedProcess[str],
+) -> None:
+    done = unconfigured_then_console
+    assert done.stdout.split() == ["_NoSpans", "False", "_Spans", "True"]
     assert '"name": "gradetrail.run"' in done.stderr
 
 
