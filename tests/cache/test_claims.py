@@ -313,12 +313,13 @@ def test_a_failed_requests_claim_is_released_at_its_failure_not_at_its_steps_end
 def test_of_claimants_of_one_key_exactly_one_holds_it_until_it_lapses(
     cache_location: str,
 ) -> None:
-    first, second = claims_of(cache_location, 1.0), claims_of(cache_location, 1.0)
+    # A time to live of 0.6 s: the three claims before the sleep take milliseconds.
+    first, second = claims_of(cache_location, 0.6), claims_of(cache_location, 0.6)
     keys = [f"{i:064x}" for i in range(5)]
     assert first.claim(keys) == set(keys)
     assert second.claim(keys) == set()
     assert first.claim(keys[:2]) == set(keys[:2])  # its own: held again, renewed
-    time.sleep(1.5)  # lapsed, not renewed
+    time.sleep(0.9)  # lapsed, not renewed
     assert second.claim(keys) == set(keys)
     assert first.claim(keys) == set()
     second.release()
