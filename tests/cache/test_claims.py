@@ -5,7 +5,6 @@ waiting for another's claim waits no longer than that request; a claimant killed
 holds the others up no longer than the claims' time to live (on a DuckDB file's machine,
 not even that: its process is seen gone)."""
 
-import json
 import os
 import signal
 import sqlite3
@@ -14,7 +13,6 @@ import sys
 import threading
 import time
 from contextlib import closing
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -31,6 +29,7 @@ from tests.conftest import read_results, start_cli_process, write_addition_datas
 from tests.support.fake_llm_server import FakeLLMServer, Fault, last_user_message
 from tests.support.plans import whole
 from tests.support.threads import InThread
+from tests.support.together import run_span, run_together
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -47,16 +46,6 @@ def claims_held(location: str) -> int:
         if connection.execute(tables).fetchone()[0] == 0:
             return 0  # a run made the file a moment ago, and not yet its table
         return int(connection.execute("SELECT count(*) FROM claims").fetchone()[0])
-
-
-def run_span(results_root: Path) -> tuple[datetime, datetime]:
-    """When the run under `results_root` started and finished (its manifest)."""
-    (run_dir,) = [p for p in results_root.iterdir() if not p.name.startswith(".")]
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    return (
-        datetime.fromisoformat(manifest["started_at"]),
-        datetime.fromisoformat(manifest["finished_at"]),
-    )
 
 
 def claims_of(location: str, ttl_s: float) -> Claims:
@@ -86,63 +75,6 @@ def wait_for_claims(location: str, n: int, run: "subprocess.Popen[str] | InThrea
         alive = run.is_alive() if isinstance(run, InThread) else run.poll() is None
         assert alive and time.monotonic() < deadline, "no claims taken"
         time.sleep(0.05)
-
-
-# `gradetrail run` in a process of its own that makes its imports (a second or more of
-# CPU) first, says so, and starts when told, so that the processes and the threads of a
-# test start their runs at one moment.
-GATED_CLI = """
-import sys
-from gradetrail_lib.cli import main
-print("ready", flush=True)
-sys.stdin.readline()
-sys.exit(main())
-"""
-
-
-def run_together(
-    spec: Path, tmp_path: Path, location: str, processes: int, threads: int, concurrency: int = 8
-) -> None:
-    """`processes` CLI runs and `threads` in-process runs (`run_spec`) of `spec` on the
-    cache at `location`, started at one moment (the threads once every process is ready),
-    each under `tmp_path / r<i>`; each must succeed. A thread needs no process of its own
-    (the claims are an owner's, one per run and step), and no start-up; the processes
-    keep the runs of separate processes, as on a shared machine."""
-    command = [sys.executable, "-c", GATED_CLI, "run", str(spec), "--concurrency", str(concurrency)]
-    env = {**os.environ, "GRADETRAIL_CACHE": location}
-    started = [
-        subprocess.Popen(
-            [*command, "--results", str(tmp_path / f"r{i}")],
-            cwd=tmp_path,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(processes)
-    ]
-    for proc in started:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n", proc.communicate()
-    for proc in started:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    in_threads = [
-        InThread(
-            run_spec,
-            spec,
-            results_root=tmp_path / f"r{processes + i}",
-            cache=location,
-            concurrency=concurrency,
-        )
-        for i in range(threads)
-    ]
-    for proc in started:
-        _, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err
-    for run in in_threads:
-        run.join(240)
 
 
 def test_four_runs_started_together_on_an_empty_cache_send_each_request_once(

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from gradetrail_lib import run_spec
 from gradetrail_lib.cache.batches import NewBatch
 from gradetrail_lib.cache.location import open_cache
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse
 from tests.cache.conftest import direct
-from tests.conftest import read_results, start_cli_process, write_addition_dataset, write_spec
+from tests.conftest import read_results, write_addition_dataset, write_spec
 from tests.support.fake_llm_server import FakeLLMServer, last_user_message
+from tests.support.together import run_span, run_together
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -45,50 +45,27 @@ def answer(key: str, text: str) -> tuple[ModelRequest, ModelResponse]:
 def test_processes_and_threads_running_one_spec_store_every_answer_once(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    n, processes, threads = 60, 3, 2
+    n, processes, threads = 60, 2, 2
     write_addition_dataset(tmp_path / "data" / "add.jsonl", n)
-    with FakeLLMServer(latency_s=0.02) as server:
+    # 60 requests of 0.1 s, 8 at a time: 0.75 s of sending, which the processes' runs
+    # (a few tenths of a second behind the threads' from the word go) overlap.
+    with FakeLLMServer(latency_s=0.1) as server:
         spec = write_spec(tmp_path / "add.yaml", base_url=f"{server.base_url}/v1")
-        started = [
-            start_cli_process(
-                "run",
-                str(spec),
-                "--results",
-                f"p{i}",
-                "--concurrency",
-                "8",
-                cwd=tmp_path,
-                env={"GRADETRAIL_CACHE": postgres_url},
-            )  # fmt: skip
-            for i in range(processes)
-        ]
-        errors: list[BaseException] = []
-
-        def in_thread(i: int) -> None:
-            try:
-                run_spec(spec, results_root=tmp_path / f"t{i}", cache=postgres_url)
-            except BaseException as exc:  # reported by the assertion below
-                errors.append(exc)
-
-        workers = [threading.Thread(target=in_thread, args=(i,)) for i in range(threads)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        for proc in started:
-            out, err = proc.communicate(timeout=240)
-            assert proc.returncode == 0, err
-        assert errors == []
+        # Started at one moment: the processes make their imports first (the threads
+        # used to be done before the processes had started, which found every answer).
+        run_together(spec, tmp_path, postgres_url, processes=processes, threads=threads)
         sent = [last_user_message(r["body"]) for r in server.requests]
+    spans = [run_span(tmp_path / f"r{i}") for i in range(processes + threads)]
+    assert max(s for s, _ in spans) < min(f for _, f in spans), spans  # all at once
     distinct = set(sent)
     assert len(distinct) == n  # every request was sent by some run
     assert n <= len(sent) <= n * 1.05  # claimed before sent (gradetrail_lib.cache.claims)
     # Stored once each, and every run's records hold an answer for every sample.
     stored = direct(postgres_url, "SELECT count(*), count(DISTINCT key) FROM responses")
     assert stored == [(n, n)]
-    for root in [*(f"p{i}" for i in range(processes)), *(f"t{i}" for i in range(threads))]:
-        records = read_results(tmp_path / root)
-        assert len(records) == n and all(r["response"] for r in records), root
+    for i in range(processes + threads):
+        records = read_results(tmp_path / f"r{i}")
+        assert len(records) == n and all(r["response"] for r in records), i
     print(f"sent {len(sent)} for {n} distinct requests ({len(sent) / n:.2f}x) by "
           f"{processes} processes and {threads} threads started at once")  # fmt: skip
 
