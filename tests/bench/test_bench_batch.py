@@ -3,24 +3,23 @@ answers every request, submits no custom_id twice, stays under its memory target
 the run by batch costs what the price list's batch price says next to the ordinary run."""
 
 import re
+import subprocess
 import sys
+from pathlib import Path
 
-import pytest
-
-from bench import bench_batch
+REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_batch_bench_prints_its_figures(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The bench's `main` in this process (a process start-up less): the fake server and
-    the runs it measures have processes of their own all the same."""
-    # What `main` puts in the environment (the key, the polls) is taken out afterwards.
-    for name, value in {bench_batch.KEY_ENV: "", **bench_batch.POLL}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sys, "argv", ["bench_batch", "--n", "200", "--delay", "0.1"])
-    bench_batch.main()
-    out = capsys.readouterr().out
+def test_the_batch_bench_prints_its_figures() -> None:
+    """A process of its own: the bench's peak RSS is its process tree's, and the test's
+    process in the whole suite is past the 300 MB target by itself (544 MB seen when
+    `main` ran in it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.bench_batch", "--n", "200", "--delay", "0.1"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert re.search(
         r"^batch of 200 requests, processing delay 0.1 s: responses step [\d.]+ s / "
         r"\(upload [\d.]+ \+ delay [\d.]+ \+ download [\d.]+ = [\d.]+ s\) = [\d.]+x",
