@@ -118,7 +118,11 @@ class Limits:
 
     @property
     def cpu_s(self) -> int:
-        return max(1, int(self.timeout_s + 0.999))
+        """The CPU seconds a program may use: a backstop one second past the wall clock's
+        limit. At exactly the wall clock's, an endless loop on a core of its own reached
+        it as the wall clock ran out, and was sometimes reported killed (SIGKILL) instead
+        of timed out; a program of several threads can still reach it first."""
+        return max(1, int(self.timeout_s + 0.999)) + 1
 
 
 @dataclass(frozen=True)
@@ -303,8 +307,10 @@ def _limit(limits: Limits) -> Callable[[], None]:
     def set_limits() -> None:
         os.setsid()
         memory = limits.memory_mb << 20
+        # The CPU limit's hard value a second past its soft one: the kernel sends SIGXCPU
+        # at the soft limit (explained as "CPU time limit") and SIGKILL only at the hard.
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         for kind, value in (
-            (resource.RLIMIT_CPU, limits.cpu_s),
             (resource.RLIMIT_AS, memory),
             (resource.RLIMIT_NPROC, limits.processes),
             (resource.RLIMIT_FSIZE, limits.file_mb << 20),
