@@ -118,11 +118,14 @@ class Limits:
 
     @property
     def cpu_s(self) -> int:
-        """The CPU seconds a program may use: a backstop one second past the wall clock's
-        limit. At exactly the wall clock's, an endless loop on a core of its own reached
-        it as the wall clock ran out, and was sometimes reported killed (SIGKILL) instead
-        of timed out; a program of several threads can still reach it first."""
-        return max(1, int(self.timeout_s + 0.999)) + 1
+        """The CPU seconds a program may use: a backstop at twice the wall clock's limit
+        (rounded up), for a watcher that is late or gone. The watcher is a thread of the
+        caller's process, and a busy process can leave it waiting a second or more: with
+        the backstop at the wall clock's limit, then one second past it, an endless loop
+        on a core of its own was sometimes reported killed (SIGKILL), then out of CPU
+        time, instead of timed out. A program of several threads can still reach it
+        first."""
+        return 2 * max(1, int(self.timeout_s + 0.999))
 
 
 @dataclass(frozen=True)

@@ -201,12 +201,13 @@ def test_abuse_is_contained_and_the_other_samples_score_normally(
 @needs_bwrap
 @pytest.mark.parametrize("mode", ["bwrap", "none"])
 def test_the_cpu_limit_is_a_backstop_past_the_wall_clock(mode: str) -> None:
-    """The program's CPU seconds are limited a second past the wall clock's limit (an
-    endless loop is then always the timeout, never a kill racing it), and the hard limit
-    a second past the soft one (SIGXCPU, explained as the CPU time limit, comes first)."""
+    """The program's CPU seconds are limited to twice the wall clock's limit, rounded up
+    (an endless loop is then the timeout, not a limit racing a late watcher), and the hard
+    limit a second past the soft one (SIGXCPU, explained as the CPU time limit, comes
+    first)."""
     from gradetrail_lib.sandbox import LANGUAGES, Limits, run_program
 
-    assert [Limits(timeout_s=t).cpu_s for t in (3.0, 2.5, 0.2)] == [4, 4, 2]
+    assert [Limits(timeout_s=t).cpu_s for t in (3.0, 2.5, 0.2)] == [6, 6, 2]
     done = run_program(
         "import resource\nprint(*resource.getrlimit(resource.RLIMIT_CPU))",
         LANGUAGES["python"](),
@@ -214,7 +215,7 @@ def test_the_cpu_limit_is_a_backstop_past_the_wall_clock(mode: str) -> None:
         mode=mode,  # type: ignore[arg-type]
     )
     assert (done.status, done.exit_code) == ("exited", 0), done.stderr
-    assert done.stdout.split() == ["4", "5"]
+    assert done.stdout.split() == ["6", "7"]
 
 
 def test_the_wheels_bwrap_runs_the_sandbox_too(monkeypatch: pytest.MonkeyPatch) -> None:
