@@ -527,6 +527,7 @@ def open_connection(
     """An HTTP client to `endpoint`'s batch API with its key, closed with `stack`."""
     import httpx
 
+    from gradetrail_lib.backends.transport import shared_ssl_context
     from gradetrail_lib.providers.caller import api_key_for
 
     probe = ModelRequest(key="", endpoint=endpoint, messages=[], params={})
@@ -534,7 +535,15 @@ def open_connection(
         api_key = api_key_for(probe)
     except ProviderError as exc:  # no key: nothing can be sent or polled
         raise GradetrailError(f"{endpoint.provider}/{endpoint.model}: {exc.message}") from exc
-    client = stack.enter_context(httpx.Client(transport=transport, timeout=httpx.Timeout(300.0)))
+    # The process's one CA bundle load (`shared_ssl_context`): a client's own costs 50-100 ms,
+    # paid per endpoint by every batch run and its polls, even over plain http.
+    client = stack.enter_context(
+        httpx.Client(
+            transport=transport,
+            verify=shared_ssl_context(),
+            timeout=httpx.Timeout(300.0),
+        )
+    )
     return Connection(client=client, endpoint=endpoint, api_key=api_key)
 
 

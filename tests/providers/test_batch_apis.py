@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from gradetrail_lib.backends.transport import shared_ssl_context
 from gradetrail_lib.providers import registry
 from gradetrail_lib.providers.base import Endpoint, ModelRequest, ModelResponse, ProviderError
 from gradetrail_lib.providers.batch import (
@@ -47,7 +48,9 @@ def requests_for(server: FakeLLMServer, provider: str, n: int) -> list[ModelRequ
 
 
 def connect(requests: list[ModelRequest]) -> Connection:
-    return Connection(client=httpx.Client(), endpoint=requests[0].endpoint, api_key="sk-test")
+    # The process's one CA bundle (a client's own load is 50-100 ms).
+    client = httpx.Client(verify=shared_ssl_context())
+    return Connection(client=client, endpoint=requests[0].endpoint, api_key="sk-test")
 
 
 def wait_until_final(api: BatchAPI, conn: Connection, batch_id: str) -> BatchStatus:

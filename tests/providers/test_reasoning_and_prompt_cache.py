@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gradetrail_lib.backends.transport import shared_ssl_context
 from gradetrail_lib.engine.plan import plan
 from gradetrail_lib.errors import InputError
 from gradetrail_lib.providers.anthropic_messages import AnthropicMessagesAdapter
@@ -65,7 +66,7 @@ def request(
 
 def call(request: ModelRequest) -> ModelResponse:
     async def go() -> ModelResponse:
-        async with httpx.AsyncHTTPTransport() as transport:
+        async with httpx.AsyncHTTPTransport(verify=shared_ssl_context()) as transport:
             policy = RetryPolicy(max_attempts=1)
             return await call_model(transport, request, policy, rng=random.Random(0))
 
