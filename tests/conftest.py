@@ -180,19 +180,45 @@ def run_cli_process(
     )
 
 
+# `gradetrail ARGS` in a process that makes its imports (a second or more of CPU) first,
+# says "ready", and runs the command once a line arrives on its stdin.
+GATED_CLI = """
+import sys
+from gradetrail_lib.cli import main
+print("ready", flush=True)
+sys.stdin.readline()
+sys.exit(main())
+"""
+
+
 def start_cli_process(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
+    *args: str, cwd: Path, env: dict[str, str] | None = None, gated: bool = False
 ) -> "subprocess.Popen[str]":
     """`gradetrail ARGS` started in a process of its own, its output piped (for tests
-    that run several at once, or kill one)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "gradetrail_lib.cli", *args],
+    that run several at once, or kill one). A `gated` process
+    says "ready" once its imports are made and runs the command when `release`d, so that
+    several processes start their runs at one moment."""
+    proc = subprocess.Popen(
+        [sys.executable, *(["-c", GATED_CLI] if gated else ["-m", "gradetrail_lib.cli"]), *args],
         cwd=cwd,
         env={**os.environ, **(env or {})},
+        stdin=subprocess.PIPE if gated else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    return proc
+
+
+def release(gated: "list[subprocess.Popen[str]]") -> None:
+    """Waits until every `gated` process (`start_cli_process`) is ready, then starts them
+    all."""
+    for proc in gated:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n", proc.communicate()
+    for proc in gated:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
 
 
 def read_results(results_root: Path) -> list[dict[str, object]]:

@@ -62,8 +62,9 @@ def test_a_run_killed_during_responses_sends_again_only_what_was_in_flight(
     write_addition_dataset(specs / "data" / "add.jsonl", N)
     home = dagster_home(dagster_home_template, tmp_path / "dagster_home")
     database = tmp_path / "gradetrail.duckdb"
-    # Rounds of CONCURRENCY calls 0.3 s apart.
-    with FakeLLMServer(latency_s=0.3) as server:
+    # Rounds of CONCURRENCY calls 0.15 s apart: the kill comes halfway, 0.75 s before the
+    # step would end, and the test polls every 10 ms.
+    with FakeLLMServer(latency_s=0.15) as server:
         write_spec(specs / "add.yaml", base_url=f"{server.base_url}/v1")
         with open(tmp_path / "child.log", "w") as log:
             child = subprocess.Popen(

@@ -16,8 +16,7 @@ import dagster as dg
 import pytest
 
 from gradetrail_lib.cli import main
-from tests.assets.test_dagster_upstream import dependencies, dg_project
-from tests.assets.test_dg_project import dg_json, environment
+from tests.assets.test_dagster_upstream import dependencies, dg_listed_dependencies, dg_project
 from tests.support.fake_llm_server import FakeLLMServer
 from tests.support.staleness import StaleStatus, resolver_for
 
@@ -78,10 +77,8 @@ def test_dg_lists_the_model_asset_behind_its_upstream(
     """What the in-process test reads from the definitions, `dg list defs` shows (a
     process of `dg`'s own: about 4 s, so in CI's run only)."""
     project = checkpoint_project(tmp_path, monkeypatch, server, "listed_checkpoint_evals")
-    listed = dg_json(["list", "defs"], cwd=project, env=environment(project, tmp_path / "home"))
-    deps = {a["asset_key"]: sorted(a["dependency_keys"]) for a in listed["assets"]}
+    deps = dg_listed_dependencies(project, tmp_path / "home")
     assert deps["tune/model"] == ["served_model"] and deps["served_model"] == ["checkpoint"]
-    assert deps == dependencies(dg.load_from_defs_folder(path_within_project=project))
 
 
 def test_a_new_checkpoint_makes_its_responses_stale_and_automation_asks_for_them(

@@ -168,6 +168,15 @@ def dependencies(defs: dg.Definitions) -> dict[str, list[str]]:
     }
 
 
+def dg_listed_dependencies(project: Path, home: Path) -> dict[str, list[str]]:
+    """Each asset's upstream keys as `dg list defs` lists them in a process of `dg`'s own,
+    once they are checked to be what the definitions say in process (`dependencies`)."""
+    listed = dg_json(["list", "defs"], cwd=project, env=environment(project, home))
+    deps = {a["asset_key"]: sorted(a["dependency_keys"]) for a in listed["assets"]}
+    assert deps == dependencies(dg.load_from_defs_folder(path_within_project=project))
+    return deps
+
+
 @pytest.mark.slow
 def test_dg_lists_the_eval_behind_its_upstream_assets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -180,10 +189,8 @@ def test_dg_lists_the_eval_behind_its_upstream_assets(
         defs_files={"upstream.py": UPSTREAM, "raw.jsonl": raw_rows(4)},
         spec_files={"qa.yaml": SPEC},
     )  # fmt: skip
-    listed = dg_json(["list", "defs"], cwd=project, env=environment(project, tmp_path / "home"))
-    deps = {a["asset_key"]: sorted(a["dependency_keys"]) for a in listed["assets"]}
+    deps = dg_listed_dependencies(project, tmp_path / "home")
     assert deps["qa/dataset"] == ["questions"] and deps["questions"] == ["raw_questions"]
-    assert deps == dependencies(dg.load_from_defs_folder(path_within_project=project))
 
 
 def test_the_cli_refuses_an_asset_dataset_naming_the_spec(

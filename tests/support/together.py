@@ -3,13 +3,11 @@ and some in threads of the test's process: how the tests of runs that share a ca
 (claims, many writers) start them."""
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
 from gradetrail_lib import run_spec
+from tests.conftest import release, start_cli_process
 from tests.support.threads import InThread
 
 
@@ -23,18 +21,6 @@ def run_span(results_root: Path) -> tuple[datetime, datetime]:
     )
 
 
-# `gradetrail run` in a process of its own that makes its imports (a second or more of
-# CPU) first, says so, and starts when told, so that the processes and the threads of a
-# test start their runs at one moment.
-GATED_CLI = """
-import sys
-from gradetrail_lib.cli import main
-print("ready", flush=True)
-sys.stdin.readline()
-sys.exit(main())
-"""
-
-
 def run_together(
     spec: Path, tmp_path: Path, location: str, processes: int, threads: int, concurrency: int = 8
 ) -> None:
@@ -43,26 +29,21 @@ def run_together(
     each under `tmp_path / r<i>`; each must succeed. A thread needs no process of its own
     (the claims are an owner's, one per run and step), and no start-up; the processes
     keep the runs of separate processes, as on a shared machine."""
-    command = [sys.executable, "-c", GATED_CLI, "run", str(spec), "--concurrency", str(concurrency)]
-    env = {**os.environ, "GRADETRAIL_CACHE": location}
     started = [
-        subprocess.Popen(
-            [*command, "--results", str(tmp_path / f"r{i}")],
+        start_cli_process(
+            "run",
+            str(spec),
+            "--concurrency",
+            str(concurrency),
+            "--results",
+            str(tmp_path / f"r{i}"),
             cwd=tmp_path,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+            env={"GRADETRAIL_CACHE": location},
+            gated=True,
+        )  # fmt: skip
         for i in range(processes)
     ]
-    for proc in started:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n", proc.communicate()
-    for proc in started:
-        assert proc.stdin is not None
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
+    release(started)
     in_threads = [
         InThread(
             run_spec,
