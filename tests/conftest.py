@@ -4,6 +4,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import traceback
@@ -22,6 +23,13 @@ if TYPE_CHECKING:
     from tests.support.ray_cluster import RayCluster
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A suite started with SIGINT ignored (`nohup pytest &`, or `&` in a shell without job
+# control) passes "ignored" on to every process it starts, and the tests that interrupt
+# one (Ctrl-C) waited for it in vain, 60 s each. Python's own handler is put back: a
+# child does not inherit a handler, so it starts with the default and installs Python's.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _missing_local_model() -> list[str]:
