@@ -188,11 +188,12 @@ def run_cli_process(
     )
 
 
-# `gradetrail ARGS` in a process that makes its imports (a second or more of CPU) first,
-# says "ready", and runs the command once a line arrives on its stdin.
+# `gradetrail ARGS` in a process that makes the command's imports (a second or more of
+# CPU) first, says "ready", and runs the command once a line arrives on its stdin.
 GATED_CLI = """
 import sys
-from gradetrail_lib.cli import main
+from gradetrail_lib.cli import build_parser, main
+build_parser(sys.argv[1:])
 print("ready", flush=True)
 sys.stdin.readline()
 sys.exit(main())
@@ -203,10 +204,10 @@ def start_cli_process(
     *args: str, cwd: Path, env: dict[str, str] | None = None, gated: bool = False
 ) -> "subprocess.Popen[str]":
     """`gradetrail ARGS` started in a process of its own, its output piped (for tests
-    that run several at once, or kill one). A `gated` process
-    says "ready" once its imports are made and runs the command when `release`d, so that
-    several processes start their runs at one moment."""
-    proc = subprocess.Popen(
+    that run several at once, or kill one). A `gated` process says "ready" once its
+    imports are made and runs the command when `release`d, so that several processes
+    start their runs at one moment."""
+    return subprocess.Popen(
         [sys.executable, *(["-c", GATED_CLI] if gated else ["-m", "gradetrail_lib.cli"]), *args],
         cwd=cwd,
         env={**os.environ, **(env or {})},
@@ -215,7 +216,6 @@ def start_cli_process(
         stderr=subprocess.PIPE,
         text=True,
     )
-    return proc
 
 
 def release(gated: "list[subprocess.Popen[str]]") -> None:
