@@ -1,6 +1,6 @@
 """The command line's parser registers only the command a line names (`cli.build_parser`):
 each command parses as it does among all of them, and a command's process imports no
-other command's module."""
+other command's module, nor the web stack until `view` serves."""
 
 import argparse
 import json
@@ -42,18 +42,33 @@ def test_each_command_alone_parses_and_helps_as_among_all() -> None:
         assert subcommand(build_parser(line), "view").prog == "gradetrail view"
 
 
-def test_a_commands_process_imports_no_other_commands_module() -> None:
+def test_a_commands_process_imports_its_own_module_and_no_web_stack_until_it_serves() -> None:
+    """A fresh process's imports (the check needs a process of its own): `view`'s line
+    imports no other command's module; the whole parser (every command) imports no web
+    stack, which `view` imports only as it serves; `--version` then runs in it as
+    `python -m gradetrail_lib.cli --version` would (`main()` reads argv)."""
     code = (
         "import json, sys\n"
         "from gradetrail_lib import cli\n"
+        "def loaded(*prefixes):\n"
+        "    print(json.dumps(sorted(m for m in sys.modules if m.startswith(prefixes))))\n"
         "cli.build_parser(['view', '--help'])\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('gradetrail_lib.'))))"
+        "loaded('gradetrail_lib.')\n"
+        "cli.build_parser()\n"
+        "loaded('starlette', 'uvicorn', 'gradetrail_lib.viewer.app',\n"
+        "       'gradetrail_lib.viewer.index')\n"
+        "sys.stdout.flush()\n"
+        "sys.argv[1:] = ['--version']\n"
+        "sys.exit(cli.main())\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert done.returncode == 0, done.stderr
-    loaded = set(json.loads(done.stdout))
+    for_view, web, version = done.stdout.splitlines()
+    loaded = set(json.loads(for_view))
     commands = {f"gradetrail_lib.commands.{module}" for module in COMMANDS.values()}
     assert loaded & commands == {"gradetrail_lib.commands.view"}
     assert "gradetrail_lib.engine.api" not in loaded
+    assert json.loads(web) == []
+    assert version.strip()

@@ -342,28 +342,6 @@ def test_view_command_listens_on_loopback_only(runs: ViewerRuns) -> None:
         server.wait(timeout=30)
 
 
-def test_gradetrail_starts_without_importing_the_web_stack() -> None:
-    """A fresh process's imports (the check needs a process of its own); `--version` then
-    runs in it as `python -m gradetrail_lib.cli --version` would (`main()` reads argv)."""
-    code = (
-        "import json, sys\n"
-        "from gradetrail_lib import cli\n"
-        "cli.build_parser()\n"
-        "web = ('starlette', 'uvicorn', 'gradetrail_lib.viewer.app',\n"
-        "       'gradetrail_lib.viewer.index')\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(web))), flush=True)\n"
-        "sys.argv[1:] = ['--version']\n"
-        "sys.exit(cli.main())\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
-    )
-    assert done.returncode == 0, done.stderr
-    modules, version = done.stdout.splitlines()
-    assert json.loads(modules) == []
-    assert version.strip()
-
-
 def test_the_report_draws_the_forest_plot(runs: ViewerRuns) -> None:
     html = render_report([load_run(runs.root / runs.a), load_run(runs.root / runs.b)])
     (svg,) = re.findall(r'<svg [^>]*class="forest".*?</svg>', html, re.S)
