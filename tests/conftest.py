@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Some machines (this one, and many container images) set PYTHONDONTWRITEBYTECODE=1. The
+# Some machines (many container images among them) set PYTHONDONTWRITEBYTECODE=1. The
 # suite then compiled the package again in each of the Python processes it starts (a CLI
 # process, a claimant, a Dagster subprocess: about 0.4 s a start) and pytest rewrote every
 # test module's asserts at each collection. The suite writes its bytecode (`__pycache__/`,
